@@ -1,0 +1,90 @@
+# dsock build: GNU make, out-of-tree into $(BUILD).
+# Why make: see docs/ARCHITECTURE.md ("Build").
+#   make                 library, daemon, CLI, tests
+#   make SAN=address,undefined   sanitizer build of daemon, CLI and unit tests
+#   make check           unit tests + conformance suite
+BUILD   ?= build
+CC      ?= cc
+SAN     ?=
+OPT     ?= -O2
+WARN     = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+           -Wpointer-arith -Wformat=2 -Wno-unused-parameter
+CFLAGS  += -std=gnu11 $(OPT) -g $(WARN) -fno-strict-aliasing -D_GNU_SOURCE -Isrc -pthread
+LDFLAGS += -pthread
+ifneq ($(SAN),)
+SANFLAGS = -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+endif
+
+COMMON_SRC = $(wildcard src/common/*.c)
+LIB_SRC    = $(wildcard src/lib/*/*.c)
+DAEMON_SRC = $(wildcard src/daemon/*.c)
+CLI_SRC    = $(wildcard src/cli/*.c)
+
+obj = $(patsubst src/%.c,$(BUILD)/obj/$(1)/%.o,$(2))
+LIB_OBJ    = $(call obj,pic,$(COMMON_SRC) $(LIB_SRC))
+DAEMON_OBJ = $(call obj,bin,$(COMMON_SRC) $(DAEMON_SRC))
+CLI_OBJ    = $(call obj,bin,$(COMMON_SRC) $(CLI_SRC))
+# unit tests link the library's objects directly (no preload), built with SAN
+UNIT_LIB_OBJ = $(call obj,bin,$(COMMON_SRC) $(LIB_SRC))
+
+LIBDSOCK = $(BUILD)/lib/libdsock.so
+DSOCKD   = $(BUILD)/bin/dsockd
+DSOCK    = $(BUILD)/bin/dsock
+UNIT     = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
+CONF     = $(BUILD)/tests/conformance $(BUILD)/tests/conf-scen $(BUILD)/tests/libbroken.so
+BENCH    = $(BUILD)/bench/pingpong
+
+all: $(LIBDSOCK) $(DSOCKD) $(DSOCK) $(UNIT) $(CONF) $(BENCH)
+
+# The preload library is never built with sanitizers: ASan must be the first
+# object loaded, which an LD_PRELOAD library into an arbitrary program is not.
+$(BUILD)/obj/pic/%.o: src/%.c $(wildcard src/*/*.h src/lib/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -DDSOCK_LIB -c $< -o $@
+
+$(BUILD)/obj/bin/%.o: src/%.c $(wildcard src/*/*.h src/lib/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SANFLAGS) -c $< -o $@
+
+$(LIBDSOCK): $(LIB_OBJ) src/lib/libdsock.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $@ $(LIB_OBJ) -Wl,--version-script=src/lib/libdsock.map \
+	    -Wl,-z,now -Wl,-z,relro $(LDFLAGS) -ldl
+
+$(DSOCKD): $(DAEMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(SANFLAGS) $(LDFLAGS)
+
+$(DSOCK): $(CLI_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(SANFLAGS) $(LDFLAGS)
+
+$(BUILD)/tests/test_%: tests/unit/test_%.c tests/unit/unit.h $(UNIT_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SANFLAGS) -Itests -o $@ $< $(UNIT_LIB_OBJ) $(LDFLAGS) -ldl
+
+CONF_SCEN_SRC = $(wildcard tests/conformance/scen_*.c) tests/conformance/scen_main.c tests/conformance/rec.c
+$(BUILD)/tests/conf-scen: $(CONF_SCEN_SRC) tests/conformance/conf.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $(CONF_SCEN_SRC) $(LDFLAGS)
+
+$(BUILD)/tests/conformance: tests/conformance/harness.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
+
+# A deliberately wrong wrapper, used only to show the harness can fail.
+$(BUILD)/tests/libbroken.so: tests/conformance/broken.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -shared -o $@ $< -ldl
+
+$(BENCH): bench/pingpong.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
+
+check: all
+	tests/run.sh
+
+clean:
+	rm -rf $(BUILD)
+
+.PHONY: all check clean

@@ -1,0 +1,20 @@
+/* Why a socket takes the path it takes.  Recorded per socket, sent to the
+ * daemon in every socket event and shown by `dsock stat`. */
+#ifndef DSOCK_REASON_H
+#define DSOCK_REASON_H
+
+enum dsock_reason {
+	DSOCK_R_NONE = 0,
+	DSOCK_R_NO_TRANSPORT,  /* this build has no fast-path transport yet */
+	DSOCK_R_NOT_TCP,       /* datagram or raw socket: kernel only */
+	DSOCK_R_UNIX,          /* AF_UNIX: already a local IPC path */
+	DSOCK_R_LISTENER,      /* a listening socket itself moves no data */
+	DSOCK_R_DENIED_RULE,   /* an allow/deny rule excludes it */
+	DSOCK_R_PROG_DISABLED, /* dsock is disabled for this program */
+	DSOCK_R_INHERITED,     /* inherited across exec, state unknown */
+	DSOCK_R_MAX,
+};
+
+const char *dsock_reason_name(unsigned r);
+
+#endif

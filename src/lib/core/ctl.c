@@ -1,0 +1,236 @@
+#include "lib/core/ctl.h"
+#include "lib/core/guard.h"
+#include "lib/core/proc.h"
+#include "lib/interpose/real.h"
+#include "lib/sock/sock.h"
+#include "common/log.h"
+#include "common/paths.h"
+#include "common/proto.h"
+#include "common/reason.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/un.h>
+#include <time.h>
+
+static _Atomic int ctl_fd = -1;
+static atomic_flag ctl_busy = ATOMIC_FLAG_INIT;
+static uint32_t ctl_seq;
+static int64_t ctl_next_try_ns;
+static _Atomic unsigned long ctl_dropped;
+
+static int ctl_trylock(void)
+{
+	return !atomic_flag_test_and_set_explicit(&ctl_busy, memory_order_acquire);
+}
+
+static void ctl_unlock(void)
+{
+	atomic_flag_clear_explicit(&ctl_busy, memory_order_release);
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Sends one message; on a dead daemon forgets the socket.  Locked. */
+static void ctl_send_locked(uint16_t type, const void *payload, size_t len)
+{
+	char buf[sizeof(struct dsock_msg_hdr) + 256];
+	int fd = atomic_load(&ctl_fd);
+
+	if (fd < 0 || len > 256)
+		return;
+	dsock_msg_init((struct dsock_msg_hdr *)buf, type, len, ++ctl_seq);
+	memcpy(buf + sizeof(struct dsock_msg_hdr), payload, len);
+	if (dsock_real.send(fd, buf, sizeof(struct dsock_msg_hdr) + len,
+			    MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+		return;
+	if (errno == EAGAIN || errno == ENOBUFS) {
+		atomic_fetch_add(&ctl_dropped, 1);
+		return;
+	}
+	DSOCK_INFO("lost the daemon (%s); falling back to the kernel for new sockets",
+		   strerror(errno));
+	atomic_store(&ctl_fd, -1);
+	dsock_real.close(fd);
+	ctl_next_try_ns = now_ns() + 1000000000;
+}
+
+static int ctl_connect_locked(unsigned flags, int ppid)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct dsock_msg_hello h;
+	int fd;
+
+	ctl_next_try_ns = now_ns() + 1000000000;
+	if (dsock_socket_path(sa.sun_path, sizeof(sa.sun_path)))
+		return -ENAMETOOLONG;
+	fd = dsock_real.socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (dsock_real.connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = errno;
+		DSOCK_DBG("no daemon at %s: %s", sa.sun_path, strerror(e));
+		dsock_real.close(fd);
+		return -e;
+	}
+	atomic_store(&ctl_fd, fd);
+	memset(&h, 0, sizeof(h));
+	h.flags = flags | (dsock_proc.enabled ? 0 : DSOCK_HELLO_DISABLED);
+	h.ppid = ppid;
+	snprintf(h.comm, sizeof(h.comm), "%.31s", dsock_proc.prog);
+	for (char *c = h.comm; *c; c++)
+		if (*c < 0x20 || *c > 0x7e)
+			*c = '?';
+	snprintf(h.lib_version, sizeof(h.lib_version), "%s", DSOCK_VERSION);
+	ctl_send_locked(DSOCK_MSG_HELLO, &h, sizeof(h));
+	return 0;
+}
+
+static void fill_addr(struct dsock_addr *out, int fd, int peer)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int r = peer ? dsock_real.getpeername(fd, (struct sockaddr *)&ss, &len)
+		     : dsock_real.getsockname(fd, (struct sockaddr *)&ss, &len);
+
+	memset(out, 0, sizeof(*out));
+	if (r < 0)
+		return;
+	if (ss.ss_family == AF_INET) {
+		struct sockaddr_in *in = (void *)&ss;
+		out->family = AF_INET;
+		out->port = ntohs(in->sin_port);
+		out->addr[10] = out->addr[11] = 0xff;
+		memcpy(out->addr + 12, &in->sin_addr, 4);
+	} else if (ss.ss_family == AF_INET6) {
+		struct sockaddr_in6 *in6 = (void *)&ss;
+		out->family = AF_INET6;
+		out->port = ntohs(in6->sin6_port);
+		memcpy(out->addr, &in6->sin6_addr, 16);
+	}
+}
+
+static void send_event_locked(struct dsock_sock *s, int fd, unsigned ev)
+{
+	struct dsock_msg_sock_event m;
+
+	memset(&m, 0, sizeof(m));
+	m.event = ev;
+	m.fd = fd;
+	m.sock_id = s->id;
+	m.domain = (uint16_t)s->domain;
+	m.type = (uint16_t)s->type;
+	m.state = s->state;
+	m.path = DSOCK_PATH_KERNEL;
+	m.reason = s->reason;
+	if (ev != DSOCK_EV_CLOSE) {
+		fill_addr(&m.local, fd, 0);
+		if (s->state >= DSOCK_ST_CONNECTING)
+			fill_addr(&m.peer, fd, 1);
+	}
+	ctl_send_locked(DSOCK_MSG_SOCK_EVENT, &m, sizeof(m));
+	if (atomic_load(&ctl_fd) >= 0 && ev != DSOCK_EV_CLOSE) {
+		s->ev = (uint16_t)ev;
+		atomic_fetch_or(&s->flags, DSOCK_SF_REPORTED);
+	}
+}
+
+/* After (re)connecting, tell the daemon what this process already holds. */
+static void replay_one(int fd, struct dsock_sock *unused, void *arg)
+{
+	struct dsock_sock *s = dsock_fdt_get(fd);
+
+	if (!s)
+		return;
+	if (s->ev)
+		send_event_locked(s, fd, s->ev);
+	dsock_sock_put(s);
+}
+
+static void ctl_reconnect_locked(void)
+{
+	if (atomic_load(&ctl_fd) >= 0 || now_ns() < ctl_next_try_ns)
+		return;
+	if (ctl_connect_locked(0, 0) == 0) {
+		DSOCK_INFO("connected to the daemon");
+		dsock_fdt_walk(replay_one, NULL);
+	}
+}
+
+void dsock_ctl_start(void)
+{
+	DSOCK_GUARD_ENTER();
+	if (ctl_trylock()) {
+		ctl_connect_locked(0, 0);
+		dsock_fdt_walk(replay_one, NULL);
+		ctl_unlock();
+	}
+	DSOCK_GUARD_EXIT();
+}
+
+void dsock_ctl_fork_child(int ppid)
+{
+	int fd = atomic_exchange(&ctl_fd, -1);
+
+	/* one thread now: a sender that held the lock does not exist here */
+	ctl_unlock();
+	DSOCK_GUARD_ENTER();
+	if (fd >= 0)
+		dsock_real.close(fd); /* our copy only; the parent keeps its own */
+	if (ctl_trylock()) {
+		ctl_connect_locked(DSOCK_HELLO_FORKED, ppid);
+		ctl_unlock();
+	}
+	DSOCK_GUARD_EXIT();
+}
+
+void dsock_ctl_sock_event(struct dsock_sock *s, int fd, unsigned ev)
+{
+	DSOCK_GUARD_ENTER();
+	if (ctl_trylock()) {
+		ctl_reconnect_locked();
+		send_event_locked(s, fd, ev);
+		ctl_unlock();
+	} else {
+		/* another thread (or a signal handler interrupting us) is
+		 * sending: never wait on the application's path */
+		atomic_fetch_add(&ctl_dropped, 1);
+	}
+	DSOCK_GUARD_EXIT();
+}
+
+void dsock_ctl_sock_closed(struct dsock_sock *s)
+{
+	dsock_ctl_sock_event(s, 0, DSOCK_EV_CLOSE);
+}
+
+int dsock_ctl_fd(void)
+{
+	return atomic_load_explicit(&ctl_fd, memory_order_relaxed);
+}
+
+void dsock_ctl_fd_lost(unsigned first, unsigned last)
+{
+	int fd = atomic_load(&ctl_fd);
+
+	if (fd < 0 || (unsigned)fd < first || (unsigned)fd > last)
+		return;
+	/* wait for an in-flight send: after this the number may be reused by
+	 * the application and must never be written to by us again */
+	while (!ctl_trylock())
+		sched_yield();
+	atomic_store(&ctl_fd, -1);
+	ctl_next_try_ns = now_ns() + 1000000000;
+	ctl_unlock();
+}

@@ -1,0 +1,22 @@
+/* The library's side of the control protocol: registration with dsockd and
+ * socket events.  Never blocks the application: the socket is nonblocking,
+ * an event that does not fit is dropped and counted, and an absent daemon is
+ * retried at most once a second. */
+#ifndef DSOCK_CTL_H
+#define DSOCK_CTL_H
+
+struct dsock_sock;
+
+void dsock_ctl_start(void);
+/* In a fork child: leave the parent's connection, register as a child. */
+void dsock_ctl_fork_child(int ppid);
+/* s changed state (ev: enum dsock_sock_event); fd is one of its fds. */
+void dsock_ctl_sock_event(struct dsock_sock *s, int fd, unsigned ev);
+void dsock_ctl_sock_closed(struct dsock_sock *s);
+/* The application is about to close or overwrite fds in [first, last]: if
+ * the control socket is among them, dsock lets go of it first. */
+void dsock_ctl_fd_lost(unsigned first, unsigned last);
+/* Cheap test used before dsock_ctl_fd_lost on every close. */
+int dsock_ctl_fd(void);
+
+#endif

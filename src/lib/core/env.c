@@ -1,0 +1,111 @@
+#include "lib/core/env.h"
+
+#include <dlfcn.h>
+#include <string.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static char lib_path[1024];
+static char saved_buf[4096];
+static const char *saved[DSOCK_ENV_SAVED_MAX];
+static int nsaved;
+
+static const char PRELOAD[] = "LD_PRELOAD=";
+
+void dsock_env_init(void)
+{
+	Dl_info info;
+	size_t used = 0;
+
+	if (dladdr((void *)dsock_env_init, &info) && info.dli_fname &&
+	    info.dli_fname[0] == '/' && strlen(info.dli_fname) < sizeof(lib_path))
+		strcpy(lib_path, info.dli_fname);
+	nsaved = 0;
+	for (char **e = environ; e && *e && nsaved < DSOCK_ENV_SAVED_MAX; e++) {
+		size_t len = strlen(*e) + 1;
+		if (strncmp(*e, "DSOCK_", 6) || !strchr(*e, '=') || used + len > sizeof(saved_buf))
+			continue;
+		memcpy(saved_buf + used, *e, len);
+		saved[nsaved++] = saved_buf + used;
+		used += len;
+	}
+}
+
+const char *dsock_env_lib_path(void)
+{
+	return lib_path;
+}
+
+size_t dsock_env_count(char *const envp[])
+{
+	size_t n = 0;
+
+	while (envp && envp[n])
+		n++;
+	return n;
+}
+
+static const char *find(char *const envp[], const char *name, size_t namelen)
+{
+	for (size_t i = 0; envp && envp[i]; i++)
+		if (!strncmp(envp[i], name, namelen) && envp[i][namelen] == '=')
+			return envp[i];
+	return NULL;
+}
+
+size_t dsock_env_strbuf_size(char *const envp[])
+{
+	const char *old = find(envp, "LD_PRELOAD", 10);
+
+	return sizeof(PRELOAD) + strlen(lib_path) + 1 + (old ? strlen(old) : 0) + 1;
+}
+
+/* Is lib an element of the ':'/' '-separated list? */
+static int listed(const char *list, const char *lib)
+{
+	size_t n = strlen(lib);
+
+	for (const char *p = list; (p = strstr(p, lib)); p += n)
+		if ((p == list || p[-1] == ':' || p[-1] == ' ') &&
+		    (p[n] == '\0' || p[n] == ':' || p[n] == ' '))
+			return 1;
+	return 0;
+}
+
+char *const *dsock_env_fix(char *const envp[], char **out, size_t cap, char *sbuf, size_t sbuflen)
+{
+	const char *old = find(envp, "LD_PRELOAD", 10);
+	int need_preload = lib_path[0] && !(old && listed(old + sizeof(PRELOAD) - 1, lib_path));
+	size_t n = 0;
+	int missing = 0;
+
+	for (int i = 0; i < nsaved; i++)
+		if (!find(envp, saved[i], (size_t)(strchr(saved[i], '=') - saved[i])))
+			missing++;
+	if (!need_preload && !missing)
+		return envp;
+	if (dsock_env_count(envp) + (size_t)missing + 2 > cap)
+		return envp;
+	if (need_preload) {
+		const char *rest = old ? old + sizeof(PRELOAD) - 1 : "";
+		size_t need = sizeof(PRELOAD) + strlen(lib_path) + 1 + strlen(rest) + 1;
+		if (need > sbuflen)
+			return envp;
+		strcpy(sbuf, PRELOAD);
+		strcat(sbuf, lib_path);
+		if (*rest) {
+			strcat(sbuf, ":");
+			strcat(sbuf, rest);
+		}
+		out[n++] = sbuf;
+	}
+	for (size_t i = 0; envp && envp[i]; i++)
+		if (!(need_preload && envp[i] == old))
+			out[n++] = envp[i];
+	for (int i = 0; i < nsaved; i++)
+		if (!find(envp, saved[i], (size_t)(strchr(saved[i], '=') - saved[i])))
+			out[n++] = (char *)saved[i];
+	out[n] = NULL;
+	return out;
+}

@@ -1,0 +1,30 @@
+/* Keeping dsock across exec: the exec wrappers pass an environment that
+ * still preloads libdsock.so and still carries every DSOCK_* setting this
+ * process started with, even when the program built a new environment.
+ * Everything here works on caller-provided (stack) buffers: an exec wrapper
+ * may run in a vfork child, which shares our memory and must not allocate. */
+#ifndef DSOCK_ENV_H
+#define DSOCK_ENV_H
+
+#include <stddef.h>
+
+#define DSOCK_ENV_SAVED_MAX 32
+
+void dsock_env_init(void);
+/* Path of the loaded libdsock.so, "" if unknown. */
+const char *dsock_env_lib_path(void);
+size_t dsock_env_count(char *const envp[]);
+/* Bytes the fixed LD_PRELOAD entry needs. */
+size_t dsock_env_strbuf_size(char *const envp[]);
+/* Returns envp itself when nothing is missing, else out (cap entries), built
+ * from envp plus what is missing, with a new LD_PRELOAD string in sbuf. */
+char *const *dsock_env_fix(char *const envp[], char **out, size_t cap, char *sbuf, size_t sbuflen);
+
+/* Declares `name`, the fixed environment for envp, on the caller's stack. */
+#define DSOCK_ENV_FIXED(envp, name) \
+	size_t name##_cap = dsock_env_count(envp) + DSOCK_ENV_SAVED_MAX + 2; \
+	char *name##_v[name##_cap]; \
+	char name##_s[dsock_env_strbuf_size(envp)]; \
+	char *const *name = dsock_env_fix(envp, name##_v, name##_cap, name##_s, sizeof(name##_s))
+
+#endif

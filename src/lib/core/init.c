@@ -1,0 +1,117 @@
+/* Start-up of the preload library, and the fork handlers. */
+#include "lib/core/ctl.h"
+#include "lib/core/env.h"
+#include "lib/core/guard.h"
+#include "lib/core/proc.h"
+#include "lib/interpose/real.h"
+#include "lib/sock/sock.h"
+#include "common/log.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+__thread int dsock_guard;
+struct dsock_proc dsock_proc;
+
+static void program_name(void)
+{
+	char exe[512];
+	long n = syscall(SYS_readlink, "/proc/self/exe", exe, sizeof(exe) - 1);
+	const char *base;
+
+	if (n <= 0) {
+		strcpy(dsock_proc.prog, "?");
+		return;
+	}
+	exe[n] = '\0';
+	base = strrchr(exe, '/');
+	base = base ? base + 1 : exe;
+	snprintf(dsock_proc.prog, sizeof(dsock_proc.prog), "%.63s", base);
+}
+
+/* Reads the rules; a broken configuration turns dsock off for this process
+ * (the program still runs, on the kernel) and says why on stderr. */
+static int load_rules(void)
+{
+	static char text[16384];
+	char err[256];
+	const char *env = getenv("DSOCK_RULES");
+	const char *path = getenv("DSOCK_CONFIG");
+	int fd;
+	long n;
+
+	if (env && dsock_rules_parse_text(&dsock_proc.rules, env, "DSOCK_RULES", err, sizeof(err))) {
+		DSOCK_ERR("%s; dsock disabled for this process", err);
+		return -1;
+	}
+	if (!path || !*path)
+		path = "/etc/dsock.conf";
+	fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		if (getenv("DSOCK_CONFIG") && *getenv("DSOCK_CONFIG")) {
+			DSOCK_ERR("cannot open config %s; dsock disabled for this process", path);
+			return -1;
+		}
+		return 0;
+	}
+	n = syscall(SYS_read, fd, text, sizeof(text) - 1);
+	syscall(SYS_close, fd);
+	if (n < 0 || n == (long)sizeof(text) - 1) {
+		DSOCK_ERR("cannot read config %s (too large?); dsock disabled for this process", path);
+		return -1;
+	}
+	text[n] = '\0';
+	if (dsock_rules_parse_text(&dsock_proc.rules, text, path, err, sizeof(err))) {
+		DSOCK_ERR("%s; dsock disabled for this process", err);
+		return -1;
+	}
+	return 0;
+}
+
+static void fork_prepare(void)
+{
+	dsock_sock_fork_prepare();
+}
+
+static void fork_parent(void)
+{
+	dsock_sock_fork_parent();
+}
+
+static void fork_child(void)
+{
+	int ppid = dsock_proc.pid;
+
+	dsock_proc.pid = (int)syscall(SYS_getpid);
+	dsock_sock_fork_child();
+	if (dsock_proc.enabled)
+		dsock_ctl_fork_child(ppid);
+}
+
+__attribute__((constructor)) static void dsock_init(void)
+{
+	const char *lvl = getenv("DSOCK_LOG");
+	const char *off = getenv("DSOCK_DISABLE");
+
+	DSOCK_GUARD_ENTER();
+	dsock_real_init();
+	dsock_proc.pid = (int)syscall(SYS_getpid);
+	dsock_log_setup("dsock", 2, lvl && dsock_log_level_parse(lvl) >= 0 ?
+			dsock_log_level_parse(lvl) : DSOCK_LOG_WARN);
+	dsock_env_init();
+	program_name();
+	dsock_proc.enabled = !(off && *off && strcmp(off, "0")) && load_rules() == 0 &&
+			     dsock_rules_program_allowed(&dsock_proc.rules, dsock_proc.prog);
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+	if (dsock_proc.enabled)
+		dsock_sock_scan_inherited();
+	dsock_ctl_start();
+	DSOCK_DBG("loaded into %s (%s)", dsock_proc.prog,
+		  dsock_proc.enabled ? "enabled" : "disabled");
+	DSOCK_GUARD_EXIT();
+}

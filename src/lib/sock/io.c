@@ -1,0 +1,207 @@
+#include "lib/sock/io.h"
+#include "lib/sock/sock.h"
+#include "lib/interpose/real.h"
+#include "lib/transport/transport.h"
+
+#include <errno.h>
+
+#include "lib/core/sysret.h"
+
+/* The hot-path test: one lock-free load for a socket the kernel carries.
+ * Returns the socket with a reference when a transport owns it. */
+static inline struct dsock_sock *owned(int fd)
+{
+	struct dsock_sock *s = dsock_fdt_peek(fd);
+
+	if (__builtin_expect(!s || !__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE), 1))
+		return NULL;
+	s = dsock_fdt_get(fd);
+	if (s && !s->tp) {
+		dsock_sock_put(s);
+		return NULL;
+	}
+	return s;
+}
+
+static ssize_t tp_recv(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
+{
+	ssize_t r = s->tp->recvmsg(s, fd, m, flags);
+	dsock_sock_put(s);
+	return r;
+}
+
+static ssize_t tp_send(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
+{
+	ssize_t r = s->tp->sendmsg(s, fd, m, flags);
+	dsock_sock_put(s);
+	return r;
+}
+
+#define ONE_IOV(buf, n) \
+	struct iovec v_ = { .iov_base = (void *)(buf), .iov_len = (n) }; \
+	struct msghdr m_ = { .msg_iov = &v_, .msg_iovlen = 1 }
+
+ssize_t dsock_io_read(int fd, void *buf, size_t n)
+{
+	struct dsock_sock *s = owned(fd);
+	if (s) {
+		ONE_IOV(buf, n);
+		return tp_recv(s, fd, &m_, 0);
+	}
+	return SYSRET(dsock_real.read(fd, buf, n));
+}
+
+ssize_t dsock_io_readv(int fd, const struct iovec *iov, int cnt)
+{
+	struct dsock_sock *s = owned(fd);
+	if (s) {
+		struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt };
+		return tp_recv(s, fd, &m, 0);
+	}
+	return SYSRET(dsock_real.readv(fd, iov, cnt));
+}
+
+ssize_t dsock_io_write(int fd, const void *buf, size_t n)
+{
+	struct dsock_sock *s = owned(fd);
+	if (s) {
+		ONE_IOV(buf, n);
+		return tp_send(s, fd, &m_, 0);
+	}
+	return SYSRET(dsock_real.write(fd, buf, n));
+}
+
+ssize_t dsock_io_writev(int fd, const struct iovec *iov, int cnt)
+{
+	struct dsock_sock *s = owned(fd);
+	if (s) {
+		struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt };
+		return tp_send(s, fd, &m, 0);
+	}
+	return SYSRET(dsock_real.writev(fd, iov, cnt));
+}
+
+ssize_t dsock_io_recv(int fd, void *buf, size_t n, int flags)
+{
+	struct dsock_sock *s = owned(fd);
+	if (s) {
+		ONE_IOV(buf, n);
+		return tp_recv(s, fd, &m_, flags);
+	}
+	return SYSRET(dsock_real.recv(fd, buf, n, flags));
+}
+
+ssize_t dsock_io_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *a, socklen_t *al)
+{
+	struct dsock_sock *s = owned(fd);
+	if (s) {
+		ONE_IOV(buf, n);
+		ssize_t r;
+		m_.msg_name = a;
+		m_.msg_namelen = al ? *al : 0;
+		r = tp_recv(s, fd, &m_, flags);
+		if (r >= 0 && al)
+			*al = m_.msg_namelen;
+		return r;
+	}
+	return SYSRET(dsock_real.recvfrom(fd, buf, n, flags, a, al));
+}
+
+ssize_t dsock_io_recvmsg(int fd, struct msghdr *m, int flags)
+{
+	struct dsock_sock *s = owned(fd);
+	if (s)
+		return tp_recv(s, fd, m, flags);
+	return SYSRET(dsock_real.recvmsg(fd, m, flags));
+}
+
+int dsock_io_recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *t)
+{
+	/* transports carry streams; a batch is a loop of recvmsg there */
+	struct dsock_sock *s = owned(fd);
+	if (s) {
+		unsigned i;
+		for (i = 0; i < n; i++) {
+			ssize_t r;
+			dsock_sock_hold(s);
+			r = tp_recv(s, fd, &v[i].msg_hdr, i ? flags | MSG_DONTWAIT : flags);
+			if (r < 0) {
+				dsock_sock_put(s);
+				return i ? (int)i : (int)r;
+			}
+			v[i].msg_len = (unsigned)r;
+		}
+		dsock_sock_put(s);
+		return (int)i;
+	}
+	return SYSRET(dsock_real.recvmmsg(fd, v, n, flags, t));
+}
+
+ssize_t dsock_io_send(int fd, const void *buf, size_t n, int flags)
+{
+	struct dsock_sock *s = owned(fd);
+	if (s) {
+		ONE_IOV(buf, n);
+		return tp_send(s, fd, &m_, flags);
+	}
+	return SYSRET(dsock_real.send(fd, buf, n, flags));
+}
+
+ssize_t dsock_io_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *a, socklen_t al)
+{
+	struct dsock_sock *s = owned(fd);
+	if (s) {
+		ONE_IOV(buf, n);
+		m_.msg_name = (void *)a;
+		m_.msg_namelen = al;
+		return tp_send(s, fd, &m_, flags);
+	}
+	return SYSRET(dsock_real.sendto(fd, buf, n, flags, a, al));
+}
+
+ssize_t dsock_io_sendmsg(int fd, const struct msghdr *m, int flags)
+{
+	struct dsock_sock *s = owned(fd);
+	if (s)
+		return tp_send(s, fd, m, flags);
+	return SYSRET(dsock_real.sendmsg(fd, m, flags));
+}
+
+int dsock_io_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
+{
+	struct dsock_sock *s = owned(fd);
+	if (s) {
+		unsigned i;
+		for (i = 0; i < n; i++) {
+			ssize_t r;
+			dsock_sock_hold(s);
+			r = tp_send(s, fd, &v[i].msg_hdr, flags);
+			if (r < 0) {
+				dsock_sock_put(s);
+				return i ? (int)i : (int)r;
+			}
+			v[i].msg_len = (unsigned)r;
+		}
+		dsock_sock_put(s);
+		return (int)i;
+	}
+	return SYSRET(dsock_real.sendmmsg(fd, v, n, flags));
+}
+
+ssize_t dsock_io_sendfile(int out, int in, off_t *off, size_t n)
+{
+	/* A transport-owned destination will get a read-then-send loop with
+	 * the fast path; until then only the kernel owns sockets. */
+	return SYSRET(dsock_real.sendfile(out, in, off, n));
+}
+
+int dsock_io_shutdown(int fd, int how)
+{
+	struct dsock_sock *s = owned(fd);
+	if (s) {
+		int r = s->tp->shutdown(s, fd, how);
+		dsock_sock_put(s);
+		return r;
+	}
+	return SYSRET(dsock_real.shutdown(fd, how));
+}

@@ -1,0 +1,26 @@
+/* Data calls of the socket layer.  For a socket a transport owns, the call
+ * goes to the transport; otherwise straight to the kernel through libc.
+ * Each returns a count or -errno. */
+#ifndef DSOCK_IO_H
+#define DSOCK_IO_H
+
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+ssize_t dsock_io_read(int fd, void *buf, size_t n);
+ssize_t dsock_io_readv(int fd, const struct iovec *iov, int cnt);
+ssize_t dsock_io_write(int fd, const void *buf, size_t n);
+ssize_t dsock_io_writev(int fd, const struct iovec *iov, int cnt);
+ssize_t dsock_io_recv(int fd, void *buf, size_t n, int flags);
+ssize_t dsock_io_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *a, socklen_t *al);
+ssize_t dsock_io_recvmsg(int fd, struct msghdr *m, int flags);
+int dsock_io_recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *t);
+ssize_t dsock_io_send(int fd, const void *buf, size_t n, int flags);
+ssize_t dsock_io_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *a, socklen_t al);
+ssize_t dsock_io_sendmsg(int fd, const struct msghdr *m, int flags);
+int dsock_io_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags);
+ssize_t dsock_io_sendfile(int out, int in, off_t *off, size_t n);
+int dsock_io_shutdown(int fd, int how);
+
+#endif

@@ -1,0 +1,281 @@
+/* Lifecycle hooks: sockets are created, bound, connected, accepted, dup'ed
+ * and closed here, after the kernel did the same.  This is where a transport
+ * is offered an established connection (settle()). */
+#include "lib/sock/sock.h"
+#include "lib/core/ctl.h"
+#include "lib/core/proc.h"
+#include "lib/interpose/real.h"
+#include "lib/transport/transport.h"
+#include "common/proto.h"
+#include "common/reason.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+
+#include "lib/core/sysret.h"
+
+static int is_inet(const struct dsock_sock *s)
+{
+	return s->domain == AF_INET || s->domain == AF_INET6;
+}
+
+/* Puts a new object for fd in the table.  Failure to track is not an error
+ * for the application: the socket then simply stays on the kernel. */
+static struct dsock_sock *track(int fd, int domain, int type, int protocol)
+{
+	struct dsock_sock *s, *old;
+
+	if (!dsock_proc.enabled)
+		return NULL;
+	s = dsock_sock_new(domain, type, protocol);
+	old = dsock_fdt_swap(fd, s);
+	if (old == DSOCK_FDT_FAIL) {
+		if (s)
+			dsock_sock_put(s);
+		return NULL;
+	}
+	if (old) /* stale: that fd was closed behind our back (raw syscall) */
+		dsock_sock_put(old);
+	return s;
+}
+
+/* An established (or establishing) connection: offer it to the transports,
+ * record the path and why, tell the daemon. */
+static void settle(struct dsock_sock *s, int fd, int role)
+{
+	unsigned reason = DSOCK_R_NOT_TCP;
+
+	if (s->type == SOCK_STREAM && is_inet(s)) {
+		struct sockaddr_storage l, p;
+		socklen_t ll = sizeof(l), pl = sizeof(p);
+		int rule;
+		int have_l = dsock_real.getsockname(fd, (struct sockaddr *)&l, &ll) == 0;
+		int have_p = dsock_real.getpeername(fd, (struct sockaddr *)&p, &pl) == 0;
+
+		if (!dsock_rules_conn_allowed(&dsock_proc.rules, have_l ? (void *)&l : NULL,
+					      have_p ? (void *)&p : NULL, &rule))
+			reason = DSOCK_R_DENIED_RULE;
+		else if (dsock_transport_offer(s, fd, role, &reason) == 0)
+			reason = DSOCK_R_NONE;
+	}
+	s->reason = (uint16_t)reason;
+	if (is_inet(s))
+		dsock_ctl_sock_event(s, fd, role == DSOCK_ROLE_ACCEPT ? DSOCK_EV_ACCEPT
+								     : DSOCK_EV_CONNECT);
+}
+
+int dsock_sock_socket(int domain, int type, int protocol)
+{
+	int fd = dsock_real.socket(domain, type, protocol);
+
+	if (fd < 0)
+		return -errno;
+	track(fd, domain, type, protocol);
+	return fd;
+}
+
+int dsock_sock_socketpair(int domain, int type, int protocol, int sv[2])
+{
+	int r = dsock_real.socketpair(domain, type, protocol, sv);
+
+	if (r < 0)
+		return -errno;
+	for (int i = 0; i < 2; i++) {
+		struct dsock_sock *s = track(sv[i], domain, type, protocol);
+		if (s) {
+			s->state = DSOCK_ST_CONNECTED;
+			s->reason = DSOCK_R_UNIX;
+		}
+	}
+	return r;
+}
+
+int dsock_sock_bind(int fd, const struct sockaddr *a, socklen_t len)
+{
+	int r = dsock_real.bind(fd, a, len);
+	struct dsock_sock *s;
+
+	if (r < 0)
+		return -errno;
+	s = dsock_fdt_get(fd);
+	if (s) {
+		if (s->state == DSOCK_ST_OPEN)
+			s->state = DSOCK_ST_BOUND;
+		if (is_inet(s) && s->type != SOCK_STREAM && !s->ev) {
+			s->reason = DSOCK_R_NOT_TCP;
+			dsock_ctl_sock_event(s, fd, DSOCK_EV_OPEN);
+		}
+		dsock_sock_put(s);
+	}
+	return r;
+}
+
+int dsock_sock_listen(int fd, int backlog)
+{
+	int r = dsock_real.listen(fd, backlog);
+	struct dsock_sock *s;
+
+	if (r < 0)
+		return -errno;
+	s = dsock_fdt_get(fd);
+	if (s) {
+		int was = s->state == DSOCK_ST_LISTENING;
+		s->state = DSOCK_ST_LISTENING;
+		s->reason = DSOCK_R_LISTENER;
+		if (is_inet(s) && !was)
+			dsock_ctl_sock_event(s, fd, DSOCK_EV_OPEN);
+		dsock_sock_put(s);
+	}
+	return r;
+}
+
+int dsock_sock_connect(int fd, const struct sockaddr *a, socklen_t len)
+{
+	int r = dsock_real.connect(fd, a, len);
+	int err = r < 0 ? errno : 0;
+	struct dsock_sock *s;
+
+	if (r < 0 && err != EINPROGRESS)
+		return -err;
+	s = dsock_fdt_get(fd);
+	if (s) {
+		/* a datagram socket may connect often (resolvers): report once */
+		int again = s->type != SOCK_STREAM && s->ev;
+		s->state = r == 0 ? DSOCK_ST_CONNECTED : DSOCK_ST_CONNECTING;
+		if (!again)
+			settle(s, fd, DSOCK_ROLE_CONNECT);
+		dsock_sock_put(s);
+	}
+	return r < 0 ? -err : r;
+}
+
+int dsock_sock_accept4(int fd, struct sockaddr *a, socklen_t *len, int flags, int is_accept4)
+{
+	int nfd = is_accept4 ? dsock_real.accept4(fd, a, len, flags) : dsock_real.accept(fd, a, len);
+	struct dsock_sock *ls, *s;
+
+	if (nfd < 0)
+		return -errno;
+	ls = dsock_fdt_get(fd);
+	if (ls) {
+		s = track(nfd, ls->domain, SOCK_STREAM | (flags & SOCK_NONBLOCK), ls->protocol);
+		if (s) {
+			s->state = DSOCK_ST_CONNECTED;
+			settle(s, nfd, DSOCK_ROLE_ACCEPT);
+		}
+		dsock_sock_put(ls);
+	}
+	return nfd;
+}
+
+/* Forget what dsock holds for [first, last] before the kernel closes it. */
+static void untrack_range(unsigned first, unsigned last)
+{
+	if (!dsock_table_owner())
+		return; /* vfork child: our memory, not our fd table */
+	dsock_ctl_fd_lost(first, last);
+	for (unsigned fd = first; fd <= last && fd < DSOCK_FDT_CHUNKS * DSOCK_FDT_CHUNK; fd++) {
+		if ((fd & (DSOCK_FDT_CHUNK - 1)) == 0 &&
+		    !atomic_load(&dsock_fdt[fd >> DSOCK_FDT_CHUNK_BITS])) {
+			fd += DSOCK_FDT_CHUNK - 1; /* whole chunk empty */
+			continue;
+		}
+		if (dsock_fdt_peek((int)fd)) {
+			struct dsock_sock *s = dsock_fdt_swap((int)fd, NULL);
+			if (s && s != DSOCK_FDT_FAIL)
+				dsock_sock_put(s);
+		}
+		if (fd == ~0u)
+			break;
+	}
+}
+
+int dsock_sock_close(int fd)
+{
+	struct dsock_sock *s = NULL;
+	int r;
+
+	if ((dsock_fdt_peek(fd) || fd == dsock_ctl_fd()) && dsock_table_owner()) {
+		dsock_ctl_fd_lost((unsigned)fd, (unsigned)fd);
+		s = dsock_fdt_swap(fd, NULL);
+	}
+	r = dsock_real.close(fd);
+	r = SYSRET(r);
+	if (s && s != DSOCK_FDT_FAIL)
+		dsock_sock_put(s);
+	return r;
+}
+
+int dsock_sock_close_range(unsigned first, unsigned last, int flags)
+{
+	if (first <= last && !(flags & CLOSE_RANGE_CLOEXEC))
+		untrack_range(first, last);
+	return SYSRET(dsock_real.close_range(first, last, flags));
+}
+
+int dsock_sock_dup(int oldfd, int newfd, int flags, int how)
+{
+	int r;
+	struct dsock_sock *s;
+
+	if ((how == DSOCK_DUP2 || how == DSOCK_DUP3) && oldfd != newfd && newfd >= 0 &&
+	    (dsock_fdt_peek(newfd) || newfd == dsock_ctl_fd()) && dsock_table_owner())
+		dsock_ctl_fd_lost((unsigned)newfd, (unsigned)newfd);
+	switch (how) {
+	case DSOCK_DUP_ANY:
+		r = dsock_real.dup(oldfd);
+		break;
+	case DSOCK_DUP2:
+		r = dsock_real.dup2(oldfd, newfd);
+		if (r >= 0 && oldfd == newfd)
+			return r;
+		break;
+	case DSOCK_DUP3:
+		r = dsock_real.dup3(oldfd, newfd, flags);
+		break;
+	case DSOCK_DUP_FCNTL:
+		r = dsock_real.fcntl(oldfd, F_DUPFD, newfd);
+		break;
+	default:
+		r = dsock_real.fcntl(oldfd, F_DUPFD_CLOEXEC, newfd);
+		break;
+	}
+	if (r < 0)
+		return -errno;
+	if (!dsock_table_owner())
+		return r;
+	s = dsock_fdt_get(oldfd); /* this reference becomes the new slot's */
+	if (s || dsock_fdt_peek(r)) {
+		struct dsock_sock *old = dsock_fdt_swap(r, s);
+		if (old == DSOCK_FDT_FAIL)
+			old = s; /* cannot track the copy: it stays on the kernel */
+		if (old)
+			dsock_sock_put(old);
+	}
+	return r;
+}
+
+void dsock_sock_set_nonblock(int fd, int on)
+{
+	struct dsock_sock *s = dsock_fdt_get(fd);
+
+	if (!s)
+		return;
+	if (on)
+		atomic_fetch_or(&s->flags, DSOCK_SF_NONBLOCK);
+	else
+		atomic_fetch_and(&s->flags, ~DSOCK_SF_NONBLOCK);
+	dsock_sock_put(s);
+}
+
+int dsock_sock_setfl(int fd, int flags)
+{
+	int r = dsock_real.fcntl(fd, F_SETFL, flags);
+
+	if (r < 0)
+		return -errno;
+	if (dsock_fdt_peek(fd))
+		dsock_sock_set_nonblock(fd, !!(flags & O_NONBLOCK));
+	return r;
+}

@@ -1,0 +1,41 @@
+/* A transport carries the data of connections the kernel has established.
+ * The kernel itself is the default and is represented by "no transport"
+ * (dsock_sock.tp == NULL), so a passthrough socket costs one table load.
+ *
+ * Adding a transport (shared memory, fabric) is adding a folder that fills
+ * this table and registers it with dsock_transport_register().  When a
+ * connection is established (connect or accept), the socket layer offers it
+ * to each registered transport in order; the first whose offer() returns 0
+ * owns its data from then on.
+ *
+ * All functions return 0, a count, or -errno. */
+#ifndef DSOCK_TRANSPORT_H
+#define DSOCK_TRANSPORT_H
+
+#include <sys/socket.h>
+#include <sys/types.h>
+
+struct dsock_sock;
+
+enum dsock_role { DSOCK_ROLE_CONNECT = 1, DSOCK_ROLE_ACCEPT = 2 };
+
+struct dsock_transport {
+	const char *name;
+	/* Take over the established connection on fd, or return -errno and the
+	 * kernel keeps it (*reason gets an enum dsock_reason). */
+	int (*offer)(struct dsock_sock *s, int fd, int role, unsigned *reason);
+	ssize_t (*sendmsg)(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
+	ssize_t (*recvmsg)(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
+	int (*shutdown)(struct dsock_sock *s, int fd, int how);
+	/* The last fd referring to the socket is gone. */
+	void (*release)(struct dsock_sock *s);
+};
+
+#define DSOCK_TRANSPORTS_MAX 4
+
+/* Returns 0 or -ENOSPC.  Not thread-safe: call at start-up. */
+int dsock_transport_register(const struct dsock_transport *t);
+/* Offers s to each transport; returns 0 when one took it. */
+int dsock_transport_offer(struct dsock_sock *s, int fd, int role, unsigned *reason);
+
+#endif
