@@ -1,0 +1,44 @@
+/* What the daemon knows: registered processes and the sockets each told it
+ * about.  Identity comes from SO_PEERCRED, never from a message. */
+#ifndef DSOCKD_REGISTRY_H
+#define DSOCKD_REGISTRY_H
+
+#include "common/proto.h"
+
+#include <stddef.h>
+#include <sys/types.h>
+#include <time.h>
+
+#define DD_SOCKS_PER_PROC_MAX 65536
+
+struct dd_sock {
+	uint64_t id;
+	int32_t fd;
+	uint16_t domain, type, state, path, reason, event;
+	struct dsock_addr local, peer;
+};
+
+struct dd_proc {
+	pid_t pid, ppid;
+	uid_t uid;
+	unsigned flags; /* DSOCK_HELLO_* */
+	char comm[32];
+	char version[16];
+	time_t since;
+	struct dd_sock *socks;
+	size_t nsocks, cap;
+	unsigned long untracked; /* events past DD_SOCKS_PER_PROC_MAX */
+	struct dd_proc *next;
+};
+
+struct dd_proc *dd_proc_add(pid_t pid, uid_t uid, const struct dsock_msg_hello *h);
+void dd_proc_remove(struct dd_proc *p);
+struct dd_proc *dd_proc_find(pid_t pid);
+struct dd_proc *dd_proc_first(void);
+size_t dd_proc_count(void);
+/* Copies the parent's sockets into a fork child (same uid only). */
+void dd_proc_inherit(struct dd_proc *child, const struct dd_proc *parent);
+/* Applies a socket event; returns 0 or -ENOMEM. */
+int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev);
+
+#endif

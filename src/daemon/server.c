@@ -1,0 +1,334 @@
+/* The daemon's event loop: one thread, epoll over the listening socket, a
+ * signalfd and every client.  A client is a library (after HELLO) or a CLI
+ * request.  Any malformed message closes that client and nothing else. */
+#include "daemon/server.h"
+#include "daemon/registry.h"
+#include "common/log.h"
+#include "common/proto.h"
+#include "common/reason.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { ROLE_NEW, ROLE_LIB, ROLE_CLI };
+
+struct dd_client {
+	int fd;
+	int role;
+	struct ucred cred;
+	struct dd_proc *proc;
+};
+
+struct dd_stats {
+	unsigned long accepted, refused, bad_msgs, events, stat_reqs;
+	time_t start;
+};
+
+static struct dd_client *clients;
+static int nclients_max, nclients;
+static struct dd_stats stats;
+static int ep;
+static uint32_t out_seq;
+
+#define SLOT_LISTEN  0xfffffffeu
+#define SLOT_SIGNALS 0xfffffffdu
+
+static void client_close(uint32_t slot)
+{
+	struct dd_client *c = &clients[slot];
+
+	if (c->proc) {
+		DSOCK_INFO("process %d (%s) left", c->proc->pid, c->proc->comm);
+		dd_proc_remove(c->proc);
+	}
+	epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	memset(c, 0, sizeof(*c));
+	c->fd = -1;
+	nclients--;
+}
+
+static int send_msg(int fd, uint16_t type, const void *payload, size_t len)
+{
+	union { struct dsock_msg_hdr h; char b[DSOCK_MSG_MAX]; } m;
+
+	if (sizeof(m.h) + len > sizeof(m))
+		return -EMSGSIZE;
+	dsock_msg_init(&m.h, type, len, ++out_seq);
+	memcpy(m.b + sizeof(m.h), payload, len);
+	/* blocking with SO_SNDTIMEO: a CLI that stops reading costs at most
+	 * that long, then is dropped */
+	return send(fd, m.b, sizeof(m.h) + len, MSG_NOSIGNAL) < 0 ? -errno : 0;
+}
+
+static int send_line(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int send_line(int fd, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (n < 0 || n >= (int)sizeof(line))
+		n = (int)sizeof(line) - 1;
+	for (char *p = line; *p; p++) /* the protocol carries printable text */
+		if (*p < 0x20 || *p > 0x7e)
+			*p = '?';
+	return send_msg(fd, DSOCK_MSG_STAT_LINE, line, (size_t)n + 1);
+}
+
+static const char *proto_name(const struct dd_sock *s)
+{
+	int v6 = s->domain == AF_INET6;
+
+	if (s->type == SOCK_STREAM)
+		return v6 ? "tcp6" : "tcp4";
+	if (s->type == SOCK_DGRAM)
+		return v6 ? "udp6" : "udp4";
+	return v6 ? "inet6" : "inet4";
+}
+
+static int may_see(const struct ucred *who, uid_t owner)
+{
+	return who->uid == 0 || who->uid == getuid() || who->uid == owner;
+}
+
+static int send_stat(struct dd_client *c)
+{
+	int r;
+
+	r = send_line(c->fd, "daemon pid=%d uid=%u version=%s uptime=%lds clients=%d procs=%zu "
+		      "accepted=%lu refused=%lu bad_msgs=%lu events=%lu",
+		      getpid(), getuid(), "0.1.0", (long)(time(NULL) - stats.start), nclients,
+		      dd_proc_count(), stats.accepted, stats.refused, stats.bad_msgs, stats.events);
+	for (struct dd_proc *p = dd_proc_first(); p && !r; p = p->next) {
+		if (!may_see(&c->cred, p->uid))
+			continue;
+		r = send_line(c->fd, "proc pid=%d ppid=%d uid=%u comm=%s dsock=%s socks=%zu untracked=%lu",
+			      p->pid, p->ppid, p->uid, p->comm,
+			      (p->flags & DSOCK_HELLO_DISABLED) ? "disabled" : "enabled",
+			      p->nsocks, p->untracked);
+		for (size_t i = 0; i < p->nsocks && !r; i++) {
+			const struct dd_sock *s = &p->socks[i];
+			char la[64], pa[64];
+			dsock_addr_format(&s->local, la, sizeof(la));
+			dsock_addr_format(&s->peer, pa, sizeof(pa));
+			r = send_line(c->fd, "sock pid=%d fd=%d id=%llu proto=%s state=%s via=%s "
+				      "local=%s peer=%s path=%s reason=%s",
+				      p->pid, s->fd, (unsigned long long)s->id, proto_name(s),
+				      dsock_state_name(s->state), dsock_event_name(s->event), la, pa,
+				      dsock_path_name(s->path), dsock_reason_name(s->reason));
+		}
+	}
+	return r ? r : send_msg(c->fd, DSOCK_MSG_STAT_END, NULL, 0);
+}
+
+/* Returns 1 when the parent claim of a fork child is true. */
+static int is_parent_of(pid_t child, pid_t parent)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	int ppid = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", child);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
+		sscanf(p + 2, "%*c %d", &ppid);
+	fclose(f);
+	return ppid == parent;
+}
+
+static int on_hello(struct dd_client *c, const struct dsock_msg_hello *h)
+{
+	struct dd_proc *parent;
+
+	if (c->role != ROLE_NEW)
+		return -EPROTO;
+	c->proc = dd_proc_add(c->cred.pid, c->cred.uid, h);
+	if (!c->proc)
+		return -ENOMEM;
+	c->role = ROLE_LIB;
+	if ((h->flags & DSOCK_HELLO_FORKED) && (parent = dd_proc_find(h->ppid)) &&
+	    parent != c->proc && is_parent_of(c->cred.pid, h->ppid))
+		dd_proc_inherit(c->proc, parent);
+	DSOCK_INFO("process %d (%s) uid %u registered%s", c->cred.pid, c->proc->comm,
+		   c->cred.uid, (h->flags & DSOCK_HELLO_FORKED) ? " (fork child)" : "");
+	return 0;
+}
+
+/* Returns <0 to drop the client, 1 to stop the daemon. */
+static int on_message(struct dd_client *c, const void *buf, size_t n)
+{
+	const struct dsock_msg_hdr *h = buf;
+	const void *payload = h + 1;
+	int r = dsock_msg_check(buf, n);
+
+	if (r)
+		return r;
+	switch (h->type) {
+	case DSOCK_MSG_HELLO:
+		return on_hello(c, payload);
+	case DSOCK_MSG_SOCK_EVENT:
+		if (c->role != ROLE_LIB)
+			return -EPROTO;
+		stats.events++;
+		return dd_proc_event(c->proc, payload);
+	case DSOCK_MSG_STAT_REQ:
+		if (c->role == ROLE_LIB)
+			return -EPROTO;
+		c->role = ROLE_CLI;
+		stats.stat_reqs++;
+		return send_stat(c);
+	case DSOCK_MSG_SHUTDOWN:
+		if (c->role == ROLE_LIB)
+			return -EPROTO;
+		if (c->cred.uid != 0 && c->cred.uid != getuid()) {
+			struct dsock_msg_error e = { .err = EPERM };
+			DSOCK_WARN("uid %u (pid %d) may not stop the daemon", c->cred.uid, c->cred.pid);
+			send_msg(c->fd, DSOCK_MSG_ERROR, &e, sizeof(e));
+			return 0;
+		}
+		send_msg(c->fd, DSOCK_MSG_ACK, NULL, 0);
+		DSOCK_INFO("shutdown requested by pid %d", c->cred.pid);
+		return 1;
+	default: /* replies are never valid requests */
+		return -EPROTO;
+	}
+}
+
+static void on_accept(int lfd)
+{
+	struct timeval tv = { .tv_sec = 1 };
+	socklen_t len = sizeof(struct ucred);
+	struct epoll_event ev = { .events = EPOLLIN };
+	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	int slot = -1;
+
+	if (fd < 0)
+		return;
+	for (int i = 0; i < nclients_max; i++) {
+		if (clients[i].fd < 0) {
+			slot = i;
+			break;
+		}
+	}
+	if (slot < 0) {
+		stats.refused++;
+		DSOCK_WARN("client limit (%d) reached; refusing a connection", nclients_max);
+		close(fd);
+		return;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &clients[slot].cred, &len) < 0) {
+		close(fd);
+		return;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	clients[slot].fd = fd;
+	clients[slot].role = ROLE_NEW;
+	ev.data.u32 = (uint32_t)slot;
+	if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		close(fd);
+		clients[slot].fd = -1;
+		return;
+	}
+	nclients++;
+	stats.accepted++;
+}
+
+/* Returns 1 when the daemon should stop. */
+static int on_readable(uint32_t slot)
+{
+	static union { struct dsock_msg_hdr h; char b[DSOCK_MSG_MAX + 1]; } m;
+	struct dd_client *c = &clients[slot];
+
+	for (int i = 0; i < 64; i++) { /* bounded: one client cannot starve others */
+		ssize_t n = recv(c->fd, m.b, sizeof(m.b), MSG_DONTWAIT | MSG_TRUNC);
+		int r;
+
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return 0;
+		if (n <= 0) {
+			client_close(slot);
+			return 0;
+		}
+		r = (size_t)n > DSOCK_MSG_MAX ? -EMSGSIZE : on_message(c, m.b, (size_t)n);
+		if (r == 1)
+			return 1;
+		if (r < 0) {
+			stats.bad_msgs++;
+			DSOCK_WARN("dropping client pid %d uid %u: %s (message of %zd bytes)",
+				   c->cred.pid, c->cred.uid, strerror(-r), n);
+			client_close(slot);
+			return 0;
+		}
+	}
+	return 0;
+}
+
+int dd_serve(int lfd, const struct dd_config *cfg)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	sigset_t mask;
+	int sfd, stop = 0;
+
+	nclients_max = cfg->max_clients;
+	clients = calloc((size_t)nclients_max, sizeof(*clients));
+	if (!clients)
+		return 1;
+	for (int i = 0; i < nclients_max; i++)
+		clients[i].fd = -1;
+	stats.start = time(NULL);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	if (sfd < 0 || ep < 0)
+		return 1;
+	ev.data.u32 = SLOT_LISTEN;
+	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+	ev.data.u32 = SLOT_SIGNALS;
+	epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev);
+	DSOCK_INFO("serving on %s", cfg->socket_path);
+	while (!stop) {
+		struct epoll_event evs[64];
+		int n = epoll_wait(ep, evs, 64, -1);
+
+		for (int i = 0; i < n && !stop; i++) {
+			uint32_t slot = evs[i].data.u32;
+			if (slot == SLOT_LISTEN) {
+				on_accept(lfd);
+			} else if (slot == SLOT_SIGNALS) {
+				struct signalfd_siginfo si;
+				if (read(sfd, &si, sizeof(si)) == sizeof(si) && si.ssi_signo != SIGHUP) {
+					DSOCK_INFO("signal %u: shutting down", si.ssi_signo);
+					stop = 1;
+				}
+			} else if (clients[slot].fd >= 0) {
+				stop = on_readable(slot);
+			}
+		}
+	}
+	for (int i = 0; i < nclients_max; i++)
+		if (clients[i].fd >= 0)
+			client_close((uint32_t)i);
+	free(clients);
+	return 0;
+}
