@@ -63,7 +63,7 @@ $(BUILD)/tests/test_%: tests/unit/test_%.c tests/unit/unit.h $(UNIT_LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(SANFLAGS) -Itests -o $@ $< $(UNIT_LIB_OBJ) $(LDFLAGS) -ldl
 
-CONF_SCEN_SRC = $(wildcard tests/conformance/scen_*.c) tests/conformance/scen_main.c tests/conformance/rec.c
+CONF_SCEN_SRC = $(wildcard tests/conformance/scen_*.c) tests/conformance/conf_scen.c tests/conformance/rec.c
 $(BUILD)/tests/conf-scen: $(CONF_SCEN_SRC) tests/conformance/conf.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Wno-missing-prototypes -o $@ $(CONF_SCEN_SRC) $(LDFLAGS)

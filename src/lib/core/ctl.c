@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/un.h>
 #include <time.h>
 
@@ -66,6 +67,23 @@ static void ctl_send_locked(uint16_t type, const void *payload, size_t len)
 	ctl_next_try_ns = now_ns() + 1000000000;
 }
 
+/* The application expects the lowest free fd numbers to be its own: park
+ * the control socket near the top of the fd limit. */
+static int move_high(int fd)
+{
+	struct rlimit rl;
+	int hi;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < 256)
+		return fd;
+	hi = dsock_real.fcntl(fd, F_DUPFD_CLOEXEC,
+			      (int)((rl.rlim_cur > 65536 ? 65536 : rl.rlim_cur) - 64));
+	if (hi < 0)
+		return fd;
+	dsock_real.close(fd);
+	return hi;
+}
+
 static int ctl_connect_locked(unsigned flags, int ppid)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -78,6 +96,7 @@ static int ctl_connect_locked(unsigned flags, int ppid)
 	fd = dsock_real.socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
+	fd = move_high(fd);
 	if (dsock_real.connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		int e = errno;
 		DSOCK_DBG("no daemon at %s: %s", sa.sun_path, strerror(e));

@@ -1,12 +1,14 @@
 #include "lib/core/env.h"
 
 #include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 extern char **environ;
 
-static char lib_path[1024];
+static char lib_path[PATH_MAX];
 static char saved_buf[4096];
 static const char *saved[DSOCK_ENV_SAVED_MAX];
 static int nsaved;
@@ -18,9 +20,11 @@ void dsock_env_init(void)
 	Dl_info info;
 	size_t used = 0;
 
+	/* absolute, so that it still names the library after a chdir */
+	lib_path[0] = '\0';
 	if (dladdr((void *)dsock_env_init, &info) && info.dli_fname &&
-	    info.dli_fname[0] == '/' && strlen(info.dli_fname) < sizeof(lib_path))
-		strcpy(lib_path, info.dli_fname);
+	    (!realpath(info.dli_fname, lib_path) || strlen(lib_path) >= sizeof(lib_path)))
+		lib_path[0] = '\0';
 	nsaved = 0;
 	for (char **e = environ; e && *e && nsaved < DSOCK_ENV_SAVED_MAX; e++) {
 		size_t len = strlen(*e) + 1;

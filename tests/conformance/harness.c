@@ -1,0 +1,219 @@
+/* conformance: runs each scenario natively and under a wrapper (normally
+ * `dsock run --`) and compares the two transcripts line by line.
+ *
+ *   conformance [-w "WRAP WORDS"] [-f SUBSTR] [-j JOBS] [-v] [--selftest] CONF_SCEN
+ *
+ * A scenario passes when its native run exits 0 with no failed CHECK and
+ * the wrapped transcript (stdout and exit status) is identical.  Prints a
+ * line per failure with the first difference, and a closing line
+ * "conformance: N passed, N failed".  Exit 0 only when none failed. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_WORDS 32
+#define TIMEOUT_MS 60000
+
+struct run {
+	char *text; /* transcript + "[exit N]" */
+	size_t len;
+};
+
+static char *wrap[MAX_WORDS];
+static int nwrap;
+static int verbose;
+
+static void append(struct run *r, const char *s, size_t n)
+{
+	r->text = realloc(r->text, r->len + n + 1);
+	if (!r->text)
+		abort();
+	memcpy(r->text + r->len, s, n);
+	r->len += n;
+	r->text[r->len] = '\0';
+}
+
+/* Runs argv; collects stdout and the way it ended. */
+static void run_cmd(char **argv, struct run *r)
+{
+	int p[2], status = 0, waited = 0;
+	char buf[4096], tail[64];
+	pid_t pid;
+	struct timespec t0, t;
+
+	r->text = NULL;
+	r->len = 0;
+	append(r, "", 0);
+	if (pipe(p) < 0 || (pid = fork()) < 0) {
+		append(r, "[harness: fork failed]", 22);
+		return;
+	}
+	if (pid == 0) {
+		dup2(p[1], 1);
+		close(p[0]);
+		close(p[1]);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	close(p[1]);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		struct pollfd pf = { .fd = p[0], .events = POLLIN };
+		long el;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		el = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+		if (el > TIMEOUT_MS) {
+			kill(pid, SIGKILL);
+			append(r, "[harness: timeout]\n", 19);
+			break;
+		}
+		if (poll(&pf, 1, 1000) <= 0)
+			continue;
+		ssize_t n = read(p[0], buf, sizeof(buf));
+		if (n <= 0)
+			break;
+		append(r, buf, (size_t)n);
+	}
+	close(p[0]);
+	while (!waited) {
+		if (waitpid(pid, &status, 0) == pid || errno != EINTR)
+			waited = 1;
+	}
+	if (WIFEXITED(status))
+		snprintf(tail, sizeof(tail), "[exit %d]\n", WEXITSTATUS(status));
+	else
+		snprintf(tail, sizeof(tail), "[signal %s]\n", sigabbrev_np(WTERMSIG(status)) ?: "?");
+	append(r, tail, strlen(tail));
+}
+
+static int native_ok(const struct run *r)
+{
+	return !strstr(r->text, "CHECK FAILED") && strstr(r->text, "[exit 0]\n") &&
+	       !strstr(r->text, "[harness:");
+}
+
+/* Prints the first differing line of a and b. */
+static void show_diff(const char *a, const char *b)
+{
+	int line = 1;
+
+	while (*a || *b) {
+		size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+		if (la != lb || memcmp(a, b, la)) {
+			printf("    line %d native: %.*s\n", line, (int)la, a);
+			printf("    line %d dsock:  %.*s\n", line, (int)lb, b);
+			return;
+		}
+		a += la + (a[la] == '\n');
+		b += lb + (b[lb] == '\n');
+		line++;
+	}
+}
+
+static int run_one(const char *scen, const char *name)
+{
+	char *argv[MAX_WORDS + 4];
+	struct run nat, dso;
+	int n = 0, ok;
+
+	argv[0] = (char *)scen;
+	argv[1] = "run";
+	argv[2] = (char *)name;
+	argv[3] = NULL;
+	run_cmd(argv, &nat);
+	for (int i = 0; i < nwrap; i++)
+		argv[n++] = wrap[i];
+	argv[n++] = (char *)scen;
+	argv[n++] = "run";
+	argv[n++] = (char *)name;
+	argv[n] = NULL;
+	run_cmd(argv, &dso);
+	ok = native_ok(&nat) && nat.len == dso.len && !memcmp(nat.text, dso.text, nat.len);
+	if (!ok) {
+		printf("FAIL %s%s\n", name, native_ok(&nat) ? "" : " (fails natively: the scenario is wrong)");
+		show_diff(nat.text, dso.text);
+		if (!native_ok(&nat) || verbose)
+			printf("  native transcript:\n%s  dsock transcript:\n%s", nat.text, dso.text);
+	} else if (verbose) {
+		printf("PASS %s\n", name);
+	}
+	fflush(stdout);
+	free(nat.text);
+	free(dso.text);
+	return ok;
+}
+
+int main(int argc, char **argv)
+{
+	const char *filter = NULL, *scen;
+	char cmd[4096], name[256], *w;
+	int jobs = 1, selftest = 0, passed = 0, failed = 0, c, running = 0;
+	FILE *list;
+	char **names = NULL;
+	size_t nnames = 0;
+
+	static char wrapbuf[4096];
+	while ((c = getopt(argc, argv, "w:f:j:vs")) != -1) {
+		switch (c) {
+		case 'w':
+			snprintf(wrapbuf, sizeof(wrapbuf), "%s", optarg);
+			for (w = strtok(wrapbuf, " "); w && nwrap < MAX_WORDS; w = strtok(NULL, " "))
+				wrap[nwrap++] = w;
+			break;
+		case 'f': filter = optarg; break;
+		case 'j': jobs = atoi(optarg) > 0 ? atoi(optarg) : 1; break;
+		case 'v': verbose = 1; break;
+		case 's': selftest = 1; break;
+		default:
+			fprintf(stderr, "usage: conformance [-w WRAP] [-f SUBSTR] [-j JOBS] [-v] [-s] CONF_SCEN\n");
+			return 2;
+		}
+	}
+	if (optind >= argc || !nwrap) {
+		fprintf(stderr, "conformance: need -w WRAP and the conf-scen binary\n");
+		return 2;
+	}
+	scen = argv[optind];
+	snprintf(cmd, sizeof(cmd), "'%s' list%s", scen, selftest ? " --selftest" : "");
+	list = popen(cmd, "r");
+	while (list && fgets(name, sizeof(name), list)) {
+		name[strcspn(name, "\n")] = '\0';
+		if (filter && !strstr(name, filter))
+			continue;
+		names = realloc(names, (nnames + 1) * sizeof(*names));
+		names[nnames++] = strdup(name);
+	}
+	if (list)
+		pclose(list);
+	if (!nnames) {
+		fprintf(stderr, "conformance: no scenarios matched\n");
+		return 2;
+	}
+	/* -j: scenarios in parallel, each in a child that reports by exit code */
+	for (size_t i = 0; i < nnames || running; ) {
+		int st;
+		if (i < nnames && running < jobs) {
+			pid_t pid = fork();
+			if (pid == 0)
+				_exit(run_one(scen, names[i]) ? 0 : 1);
+			running++;
+			i++;
+			continue;
+		}
+		if (wait(&st) > 0) {
+			running--;
+			if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+				passed++;
+			else
+				failed++;
+		}
+	}
+	printf("conformance: %d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,281 @@
+#include "conf.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+int conf_failed;
+
+void out(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+	fflush(stdout);
+}
+
+const char *ename(int e)
+{
+	const char *n = strerrorname_np(e);
+	return n ? n : "E?";
+}
+
+long rec(const char *label, long r, int err)
+{
+	if (r < 0)
+		out("%s = %ld %s", label, r, ename(err));
+	else
+		out("%s = %ld", label, r);
+	errno = err;
+	return r;
+}
+
+void check_failed(const char *what, const char *file, int line)
+{
+	out("CHECK FAILED: %s (%s:%d)", what, file, line);
+	conf_failed = 1;
+}
+
+int is_stream(const struct fam *f)
+{
+	return f->type == SOCK_STREAM;
+}
+
+int is_inet(const struct fam *f)
+{
+	return f->domain != AF_UNIX;
+}
+
+int fam_socket(const struct fam *f, int flags)
+{
+	int fd = socket(f->domain, f->type | flags, 0);
+
+	if (fd < 0) {
+		out("socket() failed: %s", ename(errno));
+		exit(3);
+	}
+	return fd;
+}
+
+static void fam_any_addr(const struct fam *f, struct sockaddr_storage *a, socklen_t *len)
+{
+	static unsigned seq;
+
+	memset(a, 0, sizeof(*a));
+	if (f->domain == AF_INET) {
+		struct sockaddr_in *in = (void *)a;
+		in->sin_family = AF_INET;
+		in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		*len = sizeof(*in);
+	} else if (f->domain == AF_INET6) {
+		struct sockaddr_in6 *in6 = (void *)a;
+		in6->sin6_family = AF_INET6;
+		in6->sin6_addr = in6addr_loopback;
+		*len = sizeof(*in6);
+	} else {
+		struct sockaddr_un *un = (void *)a;
+		un->sun_family = AF_UNIX;
+		/* abstract name: unique per process and call, nothing to unlink */
+		int n = snprintf(un->sun_path + 1, sizeof(un->sun_path) - 1, "dsock-conf-%d-%u",
+				 getpid(), seq++);
+		*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+	}
+}
+
+int fam_server(const struct fam *f, struct sockaddr_storage *addr, socklen_t *len)
+{
+	int fd = fam_socket(f, 0), one = 1;
+
+	fam_any_addr(f, addr, len);
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)addr, *len) < 0 ||
+	    (is_stream(f) && listen(fd, 64) < 0) ||
+	    getsockname(fd, (struct sockaddr *)addr, len) < 0) {
+		out("server set-up failed: %s", ename(errno));
+		exit(3);
+	}
+	return fd;
+}
+
+void fam_pair(const struct fam *f, int *c, int *s)
+{
+	struct sockaddr_storage a, b;
+	socklen_t al, bl;
+	int l = fam_server(f, &a, &al);
+
+	*c = fam_socket(f, 0);
+	if (!is_stream(f)) {
+		/* two bound datagram sockets connected to each other */
+		fam_any_addr(f, &b, &bl);
+		if (bind(*c, (struct sockaddr *)&b, bl) < 0 ||
+		    getsockname(*c, (struct sockaddr *)&b, &bl) < 0 ||
+		    connect(*c, (struct sockaddr *)&a, al) < 0 ||
+		    connect(l, (struct sockaddr *)&b, bl) < 0) {
+			out("dgram pair failed: %s", ename(errno));
+			exit(3);
+		}
+		*s = l;
+		return;
+	}
+	if (connect(*c, (struct sockaddr *)&a, al) < 0 || (*s = accept(l, NULL, NULL)) < 0) {
+		out("stream pair failed: %s", ename(errno));
+		exit(3);
+	}
+	close(l);
+}
+
+void fam_dead_addr(const struct fam *f, struct sockaddr_storage *addr, socklen_t *len)
+{
+	/* bind a socket to get a free address, then close it: nobody listens */
+	struct fam g = *f;
+	int fd;
+
+	g.type = SOCK_DGRAM == f->type ? SOCK_DGRAM : SOCK_STREAM;
+	fd = socket(g.domain, g.type, 0);
+	fam_any_addr(f, addr, len);
+	bind(fd, (struct sockaddr *)addr, *len);
+	getsockname(fd, (struct sockaddr *)addr, len);
+	close(fd);
+}
+
+void fill(char *buf, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 1103515245u + 12345u;
+		buf[i] = (char)(seed >> 16);
+	}
+}
+
+uint32_t csum(const char *buf, size_t n)
+{
+	uint32_t h = 2166136261u;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)buf[i]) * 16777619u;
+	return h;
+}
+
+int wait_fd(int fd, short events, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+
+	return poll(&p, 1, ms) > 0 ? p.revents : 0;
+}
+
+long write_all(int fd, const char *buf, size_t n)
+{
+	for (size_t off = 0; off < n;) {
+		ssize_t w = write(fd, buf + off, n - off);
+		if (w < 0)
+			return -errno;
+		off += (size_t)w;
+	}
+	return (long)n;
+}
+
+long read_all(int fd, char *buf, size_t n)
+{
+	size_t off = 0;
+
+	while (off < n) {
+		ssize_t r = read(fd, buf + off, n - off);
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break;
+		off += (size_t)r;
+	}
+	return (long)off;
+}
+
+long fill_until_eagain(int fd)
+{
+	static char junk[65536];
+	long total = 0;
+
+	for (;;) {
+		ssize_t w = send(fd, junk, sizeof(junk), MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (w < 0)
+			return errno == EAGAIN ? total : -errno;
+		total += w;
+	}
+}
+
+void msleep(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+void now(struct timespec *t)
+{
+	clock_gettime(CLOCK_MONOTONIC, t);
+}
+
+long ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+
+	now(&t);
+	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+static const char *names(unsigned ev, const unsigned *bits, const char *const *n, int cnt)
+{
+	static char buf[8][128];
+	static int k;
+	char *b = buf[k++ & 7];
+
+	b[0] = '\0';
+	for (int i = 0; i < cnt; i++) {
+		if (ev & bits[i]) {
+			if (b[0])
+				strcat(b, "|");
+			strcat(b, n[i]);
+			ev &= ~bits[i];
+		}
+	}
+	if (ev)
+		sprintf(b + strlen(b), "%s0x%x", b[0] ? "|" : "", ev);
+	if (!b[0])
+		strcpy(b, "none");
+	return b;
+}
+
+const char *pollname(unsigned ev)
+{
+	static const unsigned bits[] = { POLLIN, POLLPRI, POLLOUT, POLLERR, POLLHUP, POLLNVAL, POLLRDHUP,
+					 POLLRDNORM, POLLWRNORM, POLLRDBAND, POLLWRBAND };
+	static const char *const n[] = { "IN", "PRI", "OUT", "ERR", "HUP", "NVAL", "RDHUP",
+					 "RDNORM", "WRNORM", "RDBAND", "WRBAND" };
+	return names(ev, bits, n, 11);
+}
+
+const char *epollname(unsigned ev)
+{
+	static const unsigned bits[] = { EPOLLIN, EPOLLPRI, EPOLLOUT, EPOLLERR, EPOLLHUP, EPOLLRDHUP,
+					 EPOLLRDNORM, EPOLLWRNORM, EPOLLRDBAND, EPOLLWRBAND };
+	static const char *const n[] = { "IN", "PRI", "OUT", "ERR", "HUP", "RDHUP",
+					 "RDNORM", "WRNORM", "RDBAND", "WRBAND" };
+	return names(ev, bits, n, 10);
+}
+
+const char *self_exe(void)
+{
+	static char path[4096];
+	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+
+	path[n > 0 ? n : 0] = '\0';
+	return path;
+}
