@@ -13,7 +13,8 @@ static const char STAT_USAGE[] =
 	"Shows the daemon's view: the daemon itself, each process running under\n"
 	"dsock (yours only, unless you are root), and each of their sockets: its\n"
 	"protocol and state, addresses, the path its data takes (kernel, or a\n"
-	"fast path) and why.  --raw prints the daemon's key=value records as is.\n";
+	"fast path) and why; then the last processes that exited.  --raw prints\n"
+	"the daemon's key=value records as is.\n";
 
 /* Pulls the value of key from a "k=v k=v" record into out. */
 static const char *field(const char *rec, const char *key, char *out, size_t n)
@@ -55,6 +56,13 @@ static void print_line(const char *text, void *arg)
 		       field(text, "socks", f, 64));
 		printf("  %-5s %-6s %-11s %-24s %-24s %-7s %s\n", "fd", "proto", "state", "local",
 		       "peer", "path", "why");
+	} else if (!strncmp(text, "gone ", 5)) {
+		static int header;
+		if (!header++)
+			printf("\nrecently exited\n");
+		printf("  pid %s (%s) uid %s, lived %s, %s sockets at exit\n", field(text, "pid", a, 64),
+		       field(text, "comm", b, 64), field(text, "uid", c, 64), field(text, "lived", d, 64),
+		       field(text, "socks", e, 64));
 	} else if (!strncmp(text, "sock ", 5)) {
 		printf("  %-5s %-6s %-11s %-24s %-24s %-7s %s (%s)\n", field(text, "fd", a, 64),
 		       field(text, "proto", b, 64), field(text, "state", c, 64),

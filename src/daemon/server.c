@@ -34,6 +34,18 @@ struct dd_stats {
 	time_t start;
 };
 
+/* The last processes that left, for `dsock stat` (a short history). */
+#define GONE_MAX 64
+struct dd_gone {
+	pid_t pid;
+	uid_t uid;
+	char comm[32];
+	long lived;
+	size_t socks;
+};
+static struct dd_gone gone[GONE_MAX];
+static unsigned long ngone;
+
 static struct dd_client *clients;
 static int nclients_max, nclients;
 static struct dd_stats stats;
@@ -48,7 +60,13 @@ static void client_close(uint32_t slot)
 	struct dd_client *c = &clients[slot];
 
 	if (c->proc) {
+		struct dd_gone *g = &gone[ngone++ % GONE_MAX];
 		DSOCK_INFO("process %d (%s) left", c->proc->pid, c->proc->comm);
+		g->pid = c->proc->pid;
+		g->uid = c->proc->uid;
+		memcpy(g->comm, c->proc->comm, sizeof(g->comm));
+		g->lived = (long)(time(NULL) - c->proc->since);
+		g->socks = c->proc->nsocks;
 		dd_proc_remove(c->proc);
 	}
 	epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
@@ -131,6 +149,12 @@ static int send_stat(struct dd_client *c)
 				      dsock_state_name(s->state), dsock_event_name(s->event), la, pa,
 				      dsock_path_name(s->path), dsock_reason_name(s->reason));
 		}
+	}
+	for (unsigned long i = ngone > GONE_MAX ? ngone - GONE_MAX : 0; i < ngone && !r; i++) {
+		const struct dd_gone *g = &gone[i % GONE_MAX];
+		if (may_see(&c->cred, g->uid))
+			r = send_line(c->fd, "gone pid=%d uid=%u comm=%s lived=%lds socks=%zu",
+				      g->pid, g->uid, g->comm, g->lived, g->socks);
 	}
 	return r ? r : send_msg(c->fd, DSOCK_MSG_STAT_END, NULL, 0);
 }

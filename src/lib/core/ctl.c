@@ -43,8 +43,13 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Sends one message; on a dead daemon forgets the socket.  Locked. */
-static void ctl_send_locked(uint16_t type, const void *payload, size_t len)
+static int ctl_connect_locked(unsigned flags, int ppid);
+static void replay_one(int fd, struct dsock_sock *unused, void *arg);
+
+/* Sends one message.  On a dead daemon (it restarted, or died) forgets the
+ * socket and, when may_reconnect, tries a new daemon at once: register,
+ * replay what this process holds, and send the message again.  Locked. */
+static void ctl_send_locked(uint16_t type, const void *payload, size_t len, int may_reconnect)
 {
 	char buf[sizeof(struct dsock_msg_hdr) + 256];
 	int fd = atomic_load(&ctl_fd);
@@ -60,10 +65,14 @@ static void ctl_send_locked(uint16_t type, const void *payload, size_t len)
 		atomic_fetch_add(&ctl_dropped, 1);
 		return;
 	}
-	DSOCK_INFO("lost the daemon (%s); falling back to the kernel for new sockets",
-		   strerror(errno));
+	DSOCK_INFO("lost the daemon (%s)", strerror(errno));
 	atomic_store(&ctl_fd, -1);
 	dsock_real.close(fd);
+	if (may_reconnect && ctl_connect_locked(0, 0) == 0) {
+		dsock_fdt_walk(replay_one, NULL);
+		ctl_send_locked(type, payload, len, 0);
+		return;
+	}
 	ctl_next_try_ns = now_ns() + 1000000000;
 }
 
@@ -112,7 +121,7 @@ static int ctl_connect_locked(unsigned flags, int ppid)
 		if (*c < 0x20 || *c > 0x7e)
 			*c = '?';
 	snprintf(h.lib_version, sizeof(h.lib_version), "%s", DSOCK_VERSION);
-	ctl_send_locked(DSOCK_MSG_HELLO, &h, sizeof(h));
+	ctl_send_locked(DSOCK_MSG_HELLO, &h, sizeof(h), 0);
 	return 0;
 }
 
@@ -140,7 +149,7 @@ static void fill_addr(struct dsock_addr *out, int fd, int peer)
 	}
 }
 
-static void send_event_locked(struct dsock_sock *s, int fd, unsigned ev)
+static void send_event_locked(struct dsock_sock *s, int fd, unsigned ev, int may_reconnect)
 {
 	struct dsock_msg_sock_event m;
 
@@ -158,22 +167,22 @@ static void send_event_locked(struct dsock_sock *s, int fd, unsigned ev)
 		if (s->state >= DSOCK_ST_CONNECTING)
 			fill_addr(&m.peer, fd, 1);
 	}
-	ctl_send_locked(DSOCK_MSG_SOCK_EVENT, &m, sizeof(m));
+	ctl_send_locked(DSOCK_MSG_SOCK_EVENT, &m, sizeof(m), may_reconnect);
 	if (atomic_load(&ctl_fd) >= 0 && ev != DSOCK_EV_CLOSE) {
 		s->ev = (uint16_t)ev;
 		atomic_fetch_or(&s->flags, DSOCK_SF_REPORTED);
 	}
 }
 
-/* After (re)connecting, tell the daemon what this process already holds. */
 static void replay_one(int fd, struct dsock_sock *unused, void *arg)
 {
+	/* after (re)connecting: tell the daemon what this process already holds */
 	struct dsock_sock *s = dsock_fdt_get(fd);
 
 	if (!s)
 		return;
 	if (s->ev)
-		send_event_locked(s, fd, s->ev);
+		send_event_locked(s, fd, s->ev, 0);
 	dsock_sock_put(s);
 }
 
@@ -219,7 +228,7 @@ void dsock_ctl_sock_event(struct dsock_sock *s, int fd, unsigned ev)
 	DSOCK_GUARD_ENTER();
 	if (ctl_trylock()) {
 		ctl_reconnect_locked();
-		send_event_locked(s, fd, ev);
+		send_event_locked(s, fd, ev, 1);
 		ctl_unlock();
 	} else {
 		/* another thread (or a signal handler interrupting us) is

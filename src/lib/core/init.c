@@ -7,6 +7,7 @@
 #include "lib/sock/sock.h"
 #include "common/log.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,20 +19,14 @@
 __thread int dsock_guard;
 struct dsock_proc dsock_proc;
 
+/* The name the program was started as (argv[0]'s file name): what users
+ * write in rules and look for in `dsock stat`.  /proc/self/exe would name
+ * the target of a symlink instead (redis-server -> redis-check-rdb). */
 static void program_name(void)
 {
-	char exe[512];
-	long n = syscall(SYS_readlink, "/proc/self/exe", exe, sizeof(exe) - 1);
-	const char *base;
+	const char *n = program_invocation_short_name;
 
-	if (n <= 0) {
-		strcpy(dsock_proc.prog, "?");
-		return;
-	}
-	exe[n] = '\0';
-	base = strrchr(exe, '/');
-	base = base ? base + 1 : exe;
-	snprintf(dsock_proc.prog, sizeof(dsock_proc.prog), "%.63s", base);
+	snprintf(dsock_proc.prog, sizeof(dsock_proc.prog), "%.63s", n && *n ? n : "?");
 }
 
 /* Reads the rules; a broken configuration turns dsock off for this process

@@ -12,7 +12,7 @@
 struct dsock_proc {
 	int pid;           /* this process; refreshed in the fork child */
 	int enabled;       /* 0: rules or DSOCK_DISABLE turned dsock off here */
-	char prog[64];     /* file name of /proc/self/exe */
+	char prog[64];     /* argv[0]'s file name */
 	struct dsock_rules rules;
 };
 

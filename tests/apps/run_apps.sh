@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Real programs under `dsock run`, both ends, byte-exact where they move
+# data: sockperf (TCP, UDP, --data-integrity), redis (cli + benchmark),
+# nginx (wrk + a large curl download, checksum), iperf3, Python socket and
+# asyncio echo, haproxy in front of nginx.  Each check also asks the daemon
+# whether the program really ran under dsock.
+# Usage: tests/apps/run_apps.sh [BUILD_DIR]   Closing line: "apps: N passed, N failed".
+set -u
+BUILD=$(cd "${1:-build}" && pwd)
+DSOCK="$BUILD/bin/dsock"
+T=$(mktemp -d /tmp/dsock-apps-XXXXXX)
+chmod 755 "$T"
+export DSOCK_SOCKET="$T/dsockd.sock"
+PASS=0 FAIL=0
+PIDS=()
+
+cleanup() {
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+	[ -f "$T/nginx.pid" ] && kill "$(cat "$T/nginx.pid")" 2>/dev/null
+	sleep 0.3
+	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+	"$DSOCK" stop >/dev/null 2>&1
+	rm -rf "$T"
+}
+trap cleanup EXIT
+
+ok()   { echo "ok   $1"; PASS=$((PASS + 1)); }
+bad()  { echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/     /' "$2" | tail -15; FAIL=$((FAIL + 1)); }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# waits for a listener without connecting to it (iperf3 -1 serves one client)
+wait_port() { for _ in $(seq 100); do ss -ltnH "sport = :$1" | grep -q . && return 0; sleep 0.1; done; return 1; }
+# registered COMM: the daemon has seen a process of that name under dsock
+# (live, or among the recently exited)
+registered() { "$DSOCK" stat --raw 2>/dev/null | grep -Eq "^(proc|gone) .*comm=$1( |$)"; }
+need() { command -v "$1" >/dev/null || { bad "$1 is not installed (run scripts/install-test-deps.sh)"; return 1; }; }
+bg() { "$DSOCK" run -- "$@" >"$T/bg.$$.$RANDOM.log" 2>&1 & PIDS+=($!); }
+
+"$DSOCK" run -- true || { echo "cannot start dsock"; exit 1; }
+
+# ---- sockperf ---------------------------------------------------------------
+if need sockperf; then
+	for proto in tcp udp; do
+		P=$(free_port)
+		flag=$([ $proto = tcp ] && echo --tcp)
+		bg sockperf server $flag -i 127.0.0.1 -p "$P"
+		sleep 0.5
+		if "$DSOCK" run -- sockperf ping-pong $flag -i 127.0.0.1 -p "$P" -t 2 -m 64 --data-integrity \
+			>"$T/sp.$proto" 2>&1 && grep -q "Summary: Latency" "$T/sp.$proto" && ! grep -qi "integrity.*fail\|data corruption" "$T/sp.$proto" \
+			&& registered sockperf; then
+			ok "sockperf $proto ping-pong --data-integrity ($(grep -o 'Summary: Latency is [0-9.]* usec' "$T/sp.$proto"))"
+		else
+			bad "sockperf $proto ping-pong" "$T/sp.$proto"
+		fi
+		if "$DSOCK" run -- sockperf throughput $flag -i 127.0.0.1 -p "$P" -t 2 -m 1024 \
+			>"$T/st.$proto" 2>&1 && grep -q "Summary: Message Rate" "$T/st.$proto"; then
+			ok "sockperf $proto throughput ($(grep -o 'Message Rate is [0-9]* \[msg/sec\]' "$T/st.$proto"))"
+		else
+			bad "sockperf $proto throughput" "$T/st.$proto"
+		fi
+	done
+fi
+
+# ---- redis --------------------------------------------------------------------
+if need redis-server && need redis-cli && need redis-benchmark; then
+	P=$(free_port)
+	bg redis-server --port "$P" --bind 127.0.0.1 --save "" --appendonly no --dir "$T"
+	if wait_port "$P"; then
+		head -c 100000 /dev/urandom | base64 -w0 >"$T/val"
+		"$DSOCK" run -- redis-cli -p "$P" -x set big <"$T/val" >"$T/rc" 2>&1
+		"$DSOCK" run -- redis-cli -p "$P" --raw get big 2>>"$T/rc" | head -c -1 >"$T/got"
+		if cmp -s "$T/val" "$T/got" && registered redis-server && registered redis-cli; then
+			ok "redis-cli set/get 133 KB value byte-exact"
+		else
+			bad "redis-cli set/get" "$T/rc"
+		fi
+		if "$DSOCK" run -- redis-benchmark -p "$P" -n 20000 -c 10 -t get,set -q >"$T/rb" 2>&1 \
+			&& [ "$(grep -c 'requests per second' "$T/rb")" = 2 ] && registered redis-benchmark; then
+			ok "redis-benchmark get,set ($(tr '\r' '\n' <"$T/rb" | grep -o 'GET: [0-9.]* requests per second'))"
+		else
+			bad "redis-benchmark" "$T/rb"
+		fi
+	else
+		bad "redis-server did not start"
+	fi
+fi
+
+# ---- nginx (+ wrk, curl, haproxy) ---------------------------------------------
+if need nginx && need curl && need wrk; then
+	P=$(free_port)
+	mkdir -p "$T/www" "$T/logs"
+	head -c $((32 << 20)) /dev/urandom >"$T/www/big.bin"
+	printf 'hello from nginx\n' >"$T/www/small.txt"
+	chmod -R a+rX "$T/www"
+	cat >"$T/nginx.conf" <<CONF
+worker_processes 2;
+pid $T/nginx.pid;
+error_log $T/logs/error.log;
+events { worker_connections 1024; }
+http {
+	access_log off;
+	sendfile on;
+	client_body_temp_path $T/logs; proxy_temp_path $T/logs; fastcgi_temp_path $T/logs;
+	uwsgi_temp_path $T/logs; scgi_temp_path $T/logs;
+	server { listen 127.0.0.1:$P; root $T/www; }
+}
+CONF
+	"$DSOCK" run -- nginx -c "$T/nginx.conf" -p "$T" >"$T/nginx.out" 2>&1
+	if wait_port "$P"; then
+		"$DSOCK" run -- curl -s -o "$T/big.got" "http://127.0.0.1:$P/big.bin" 2>"$T/curl.err"
+		if cmp -s "$T/www/big.bin" "$T/big.got" && registered nginx && registered curl; then
+			ok "curl 32 MiB from nginx (sendfile) byte-exact ($(sha256sum <"$T/big.got" | cut -c1-12))"
+		else
+			bad "curl large file from nginx" "$T/curl.err"
+		fi
+		"$DSOCK" run -- wrk -t 2 -c 8 -d 2s "http://127.0.0.1:$P/small.txt" >"$T/wrk" 2>&1
+		if grep -q "Requests/sec" "$T/wrk" && ! grep -q "Socket errors\|Non-2xx" "$T/wrk" && registered wrk; then
+			ok "wrk against nginx, no errors ($(grep Requests/sec "$T/wrk" | tr -s ' '))"
+		else
+			bad "wrk against nginx" "$T/wrk"
+		fi
+		if need haproxy; then
+			H=$(free_port)
+			cat >"$T/haproxy.cfg" <<CONF
+global
+	maxconn 256
+defaults
+	mode http
+	timeout connect 5s
+	timeout client 30s
+	timeout server 30s
+frontend fe
+	bind 127.0.0.1:$H
+	default_backend be
+backend be
+	server web 127.0.0.1:$P
+CONF
+			bg haproxy -f "$T/haproxy.cfg"
+			if wait_port "$H"; then
+				"$DSOCK" run -- curl -s -o "$T/big.hap" "http://127.0.0.1:$H/big.bin" 2>"$T/hap.err"
+				if cmp -s "$T/www/big.bin" "$T/big.hap" && registered haproxy; then
+					ok "curl 32 MiB through haproxy -> nginx byte-exact"
+				else
+					bad "haproxy in front of nginx" "$T/hap.err"
+				fi
+				"$DSOCK" run -- wrk -t 1 -c 4 -d 2s "http://127.0.0.1:$H/small.txt" >"$T/wrk.hap" 2>&1
+				if grep -q "Requests/sec" "$T/wrk.hap" && ! grep -q "Socket errors\|Non-2xx" "$T/wrk.hap"; then
+					ok "wrk through haproxy -> nginx, no errors"
+				else
+					bad "wrk through haproxy" "$T/wrk.hap"
+				fi
+			else
+				bad "haproxy did not start"
+			fi
+		fi
+	else
+		bad "nginx did not start" "$T/nginx.out"
+	fi
+fi
+
+# ---- iperf3 --------------------------------------------------------------------
+if need iperf3; then
+	P=$(free_port)
+	bg iperf3 -s -1 -p "$P" -B 127.0.0.1
+	wait_port "$P"
+	if "$DSOCK" run -- iperf3 -c 127.0.0.1 -p "$P" -t 2 -P 2 >"$T/iperf" 2>&1 && grep -q "receiver" "$T/iperf" \
+		&& registered iperf3; then
+		ok "iperf3 2 streams ($(grep SUM.*receiver "$T/iperf" | grep -o '[0-9.]* [GM]bits/sec'))"
+	else
+		bad "iperf3" "$T/iperf"
+	fi
+fi
+
+# ---- Python socket and asyncio echo ---------------------------------------------
+PY_ECHO='
+import asyncio, hashlib, os, socket, sys, threading
+mode = sys.argv[1]
+data = os.urandom(4 << 20)
+if mode == "threads":
+    l = socket.socket(socket.AF_INET6); l.bind(("::1", 0)); l.listen()
+    def serve():
+        c, _ = l.accept()
+        while True:
+            b = c.recv(65536)
+            if not b: break
+            c.sendall(b)
+        c.close()
+    threading.Thread(target=serve, daemon=True).start()
+    s = socket.create_connection(l.getsockname()[:2])
+    got = bytearray()
+    def reader():
+        while len(got) < len(data):
+            b = s.recv(65536)
+            if not b: break
+            got.extend(b)
+    t = threading.Thread(target=reader); t.start()
+    s.sendall(data); t.join(); s.close()
+    print("ok" if bytes(got) == data else "MISMATCH")
+else:
+    async def handle(r, w):
+        while b := await r.read(65536):
+            w.write(b); await w.drain()
+        w.close()
+    async def main():
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        async def send():
+            w.write(data); await w.drain(); w.write_eof()
+        t = asyncio.create_task(send())
+        got = await r.read(-1) if False else b""
+        while len(got) < len(data):
+            b = await r.read(1 << 20)
+            if not b: break
+            got += b
+        await t
+        print("ok" if got == data else "MISMATCH")
+    asyncio.run(main())
+'
+for mode in threads asyncio; do
+	if "$DSOCK" run -- python3 -c "$PY_ECHO" "$mode" >"$T/py.$mode" 2>&1 && grep -qx ok "$T/py.$mode"; then
+		ok "python $mode echo 4 MiB byte-exact"
+	else
+		bad "python $mode echo" "$T/py.$mode"
+	fi
+done
+
+echo "apps: $PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]

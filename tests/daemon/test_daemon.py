@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""dsockd and the dsock CLI, end to end, on a private socket path:
+start-on-demand by concurrent `dsock run`s (one daemon), registration and
+socket events shown by `dsock stat`, fork children, malformed input on the
+control socket (the daemon drops that client and keeps serving), a daemon
+restart under a live process (it re-registers), clean shutdown.
+Exit 0 on pass; prints 'daemon: N passed, N failed'."""
+import os, socket, struct, subprocess, sys, tempfile, time
+
+BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+DSOCK = os.path.join(BUILD, "bin", "dsock")
+tmp = tempfile.mkdtemp(prefix="dsock-dtest-")
+SOCK = os.path.join(tmp, "d.sock")
+ENV = dict(os.environ, DSOCK_SOCKET=SOCK)
+results = []
+
+def check(name, cond, detail=""):
+    results.append(cond)
+    print(("ok   " if cond else "FAIL ") + name + ("" if cond else "  " + detail), flush=True)
+
+def dsock(*args, **kw):
+    return subprocess.run([DSOCK, *args], env=ENV, capture_output=True, text=True, timeout=60, **kw)
+
+def stat():
+    r = dsock("stat", "--raw")
+    return r.stdout if r.returncode == 0 else ""
+
+def wait_for(pred, secs=5.0):
+    end = time.time() + secs
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+MAGIC, VERSION = 0x4b435344, 1
+def hdr(type_, payload=b"", magic=MAGIC, version=VERSION, length=None):
+    n = 16 + len(payload) if length is None else length
+    return struct.pack("<IHHII", magic, version, type_, n, 1) + payload
+
+def ctl():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(SOCK)
+    return s
+
+# 1. several `dsock run` at once start exactly one daemon
+procs = [subprocess.Popen([DSOCK, "run", "--", "true"], env=ENV) for _ in range(6)]
+codes = [p.wait(timeout=30) for p in procs]
+check("concurrent dsock run all succeed", codes == [0] * 6, str(codes))
+out = subprocess.run(["pgrep", "-f", "^dsockd$"], capture_output=True, text=True).stdout.split()
+lockpid = open(SOCK + ".lock").read().strip()
+check("one daemon serves the path", lockpid.isdigit() and os.path.exists("/proc/" + lockpid), lockpid)
+check("socket is private to the user (0600) unless root",
+      (os.stat(SOCK).st_mode & 0o777) == (0o666 if os.geteuid() == 0 else 0o600), oct(os.stat(SOCK).st_mode))
+
+# 2. exit status is the command's
+check("exit status kept", dsock("run", "--", "sh", "-c", "exit 7").returncode == 7)
+check("missing command is 127", dsock("run", "--", "/nonexistent/cmd").returncode == 127)
+r = dsock("run", "--rules", "deny port banana", "--", "true")
+check("bad rule is a clear error", r.returncode == 2 and "bad port" in r.stderr, r.stderr)
+
+# 3. a live process and its sockets, seen by stat; a fork child inherits them
+prog = r'''
+import socket, os, sys, time
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen()
+c = socket.create_connection(l.getsockname()); a, _ = l.accept()
+u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); u.bind(("::1", 0))
+pid = os.fork()
+if pid == 0:
+    time.sleep(30); os._exit(0)
+print(pid, l.getsockname()[1], flush=True)
+keep = []
+for line in sys.stdin:              # "conn": make one more connection
+    keep.append(socket.create_connection(l.getsockname())); keep.append(l.accept()[0])
+    print("done", flush=True)
+os.kill(pid, 9)
+'''
+p = subprocess.Popen([DSOCK, "run", "--", sys.executable, "-c", prog], env=ENV,
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+child, port = p.stdout.readline().split()
+ok = wait_for(lambda: f"proc pid={p.pid}" in stat() or "ppid=" + str(p.pid) in stat())
+s = stat()
+lines = [l for l in s.splitlines() if l.startswith("sock ")]
+mine = [l for l in lines if f"127.0.0.1:{port}" in l]
+check("stat shows the process", ok, s[:500])
+check("stat shows listener, connect and accept ends",
+      any("state=listening" in l and "reason=listener" in l for l in mine) and
+      any("via=connect" in l and "state=connected" in l for l in mine) and
+      any("via=accept" in l for l in mine), "\n".join(mine))
+check("stat says why they stay on the kernel",
+      any("path=kernel reason=no-fast-path-in-this-build" in l for l in mine))
+check("stat shows the udp socket as not-tcp", any("proto=udp6" in l and "reason=not-tcp" in l for l in lines))
+check("fork child registered with inherited sockets",
+      wait_for(lambda: any(l.startswith(f"proc pid={child} ppid=") and "socks=4" in l for l in stat().splitlines())),
+      [l for l in stat().splitlines() if l.startswith("proc")].__str__())
+
+# 4. garbage on the control socket: that client is dropped, the daemon lives
+before = stat()
+bad = [b"", b"x", b"\0" * 15, hdr(1, magic=0x1234), hdr(1, version=9), hdr(99),
+       hdr(3, b"abc"), hdr(2, b"\0" * 7), hdr(1, b"\xff" * 56), hdr(3, length=5),
+       os.urandom(4096), os.urandom(100)]
+dropped = 0
+for msg in bad:
+    s = ctl()
+    try:
+        s.send(msg)
+        s.settimeout(2)
+        if s.recv(100) == b"":
+            dropped += 1
+    except (ConnectionResetError, BrokenPipeError):
+        dropped += 1
+    except socket.timeout:
+        pass
+    s.close()
+check("each malformed message drops its client", dropped == len(bad), f"{dropped}/{len(bad)}")
+big = ctl()
+try:
+    big.send(b"A" * 5000)
+except OSError:
+    pass
+big.close()
+# half a stream of messages, then silence, must not block others
+idle = ctl()
+idle.send(hdr(1, b"\0" * 8)[:10])
+check("daemon still answers after garbage", "daemon pid=" in stat())
+bad_msgs = int(stat().split("bad_msgs=")[1].split()[0])
+check("malformed messages are counted", bad_msgs >= len(bad), str(bad_msgs))
+# a library cannot pretend to be a CLI and vice versa
+s = ctl(); s.send(hdr(3)); data = s.recv(4096); s.close()
+check("a raw stat request gets records", data[:4] == struct.pack("<I", MAGIC))
+idle.close()
+
+# 5. restart the daemon under a live process: it re-registers and replays
+dpid = int(open(SOCK + ".lock").read())
+r = dsock("stop")
+check("dsock stop", r.returncode == 0 and wait_for(lambda: not os.path.exists("/proc/%d" % dpid)), r.stderr)
+check("socket removed on shutdown", not os.path.exists(SOCK))
+r = dsock("stat")
+check("stat without daemon is a clear error", r.returncode == 1 and "daemon" in r.stderr, r.stderr)
+subprocess.run([DSOCK, "run", "--", "true"], env=ENV, check=True)   # starts a new daemon
+check("new daemon serves after restart", "daemon pid=" in stat())
+# the live process reconnects on its next socket event (retries at most
+# once a second) and replays what it holds
+time.sleep(1.1)
+p.stdin.write("conn\n"); p.stdin.flush()
+check("live process works across the restart", p.stdout.readline().strip() == "done")
+s = stat()
+mine = [l for l in s.splitlines() if l.startswith(f"sock pid={p.pid} ")]
+check("live process re-registered and replayed its sockets",
+      any("state=listening" in l for l in mine) and len(mine) >= 5, "\n".join(mine) or s[:300])
+p.stdin.close(); p.wait(timeout=10)
+
+r = dsock("stop")
+check("final stop", r.returncode == 0)
+passed = sum(results); failed = len(results) - passed
+print(f"daemon: {passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The whole default test run (about 2 minutes here):
+#   unit tests, plain and under ASan+UBSan; the export list; the conformance
+#   suite (every scenario natively and under dsock) and its harness
+#   self-tests; the daemon and CLI; real programs under dsock.
+# Usage: tests/run.sh [BUILD_DIR]
+# Closing line: "tests: N passed, N failed" (one per step).
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+SANBUILD=$BUILD-san
+PASS=0 FAIL=0
+FAILED=()
+# A private daemon: never touches a system-wide one.
+RUNDIR=$(mktemp -d /tmp/dsock-tests-XXXXXX)
+export DSOCK_SOCKET="$RUNDIR/dsockd.sock"
+trap '"$BUILD/bin/dsock" stop >/dev/null 2>&1; rm -rf "$RUNDIR"' EXIT
+
+step() {
+	local name=$1
+	shift
+	echo "=== $name"
+	local t0=$SECONDS
+	if "$@"; then
+		PASS=$((PASS + 1))
+		echo "=== $name: ok ($((SECONDS - t0)) s)"
+	else
+		FAIL=$((FAIL + 1))
+		FAILED+=("$name")
+		echo "=== $name: FAILED ($((SECONDS - t0)) s)"
+	fi
+}
+
+unit() {
+	local dir=$1 rc=0
+	for t in "$dir"/tests/test_*; do
+		if "$t"; then echo "ok   $(basename "$t")"; else echo "FAIL $(basename "$t")"; rc=1; fi
+	done
+	return $rc
+}
+
+conformance() {
+	"$BUILD/tests/conformance" -j 2 -w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
+}
+
+# The harness must be able to fail: a scenario with a wrong expectation, and
+# a deliberately wrong interposer, must both be reported.
+harness_selftest() {
+	local out rc=0
+	out=$("$BUILD/tests/conformance" -s -w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen")
+	if [ $? = 0 ] || ! grep -q "FAIL selftest/wrong_expectation (fails natively" <<<"$out"; then
+		echo "harness accepted a scenario whose expectation is wrong:"; echo "$out"; rc=1
+	fi
+	out=$("$BUILD/tests/conformance" -f peek -w "env LD_PRELOAD=$PWD/$BUILD/tests/libbroken.so" "$BUILD/tests/conf-scen")
+	if [ $? = 0 ] || [ "$(grep -c '^FAIL' <<<"$out")" -lt 6 ]; then
+		echo "harness did not catch the broken interposer:"; echo "$out"; rc=1
+	fi
+	[ $rc = 0 ] && echo "the harness fails on a wrong expectation and on a broken interposer ($(grep -c '^FAIL' <<<"$out") scenarios caught)"
+	return $rc
+}
+
+step "build" make -s -j2 BUILD="$BUILD"
+step "unit tests" unit "$BUILD"
+step "exports" tests/unit/exports.sh "$BUILD"
+step "build with ASan+UBSan" make -s -j2 san SAN=address,undefined BUILD="$SANBUILD"
+step "unit tests under ASan+UBSan" unit "$SANBUILD"
+step "conformance (native vs dsock)" conformance
+step "conformance harness self-test" harness_selftest
+step "daemon and CLI" python3 tests/daemon/test_daemon.py "$BUILD"
+step "real programs under dsock" tests/apps/run_apps.sh "$BUILD"
+
+[ ${#FAILED[@]} -gt 0 ] && echo "failed steps: ${FAILED[*]}"
+echo "tests: $PASS passed, $FAIL failed"
+[ "$FAIL" = 0 ]
