@@ -3,7 +3,7 @@
 # Needs root (or sudo).  Safe to run again.
 set -eu
 PKGS="build-essential make gcc python3 iproute2 procps
-      sockperf iperf3 redis-server redis-tools nginx-light wrk haproxy curl"
+      sockperf iperf3 redis-server redis-tools nginx-light wrk haproxy curl bc"
 SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
 missing=
