@@ -377,6 +377,17 @@ STREAM_SCEN(epoll_shared_by_threads)
 }
 
 /* ---- threads blocked in a call ------------------------------------------- */
+/* Sends SIGUSR1 to t every 10 ms until *r (99 while blocked) changes: a
+ * signal that lands before the call blocks is simply handled, the next one
+ * interrupts it. */
+static void signal_until_returned(pthread_t t, long *r)
+{
+	for (int i = 0; i < 200 && __atomic_load_n(r, __ATOMIC_SEQ_CST) == 99; i++) {
+		msleep(10);
+		pthread_kill(t, SIGUSR1);
+	}
+}
+
 struct blocked { int fd; long r; int err; };
 
 static void *blocked_recv(void *arg)
@@ -414,11 +425,7 @@ STREAM_SCEN(thread_recv_signal_eintr)
 	fam_pair(f, &c, &s);
 	b.fd = s;
 	pthread_create(&t, NULL, blocked_recv, &b);
-	/* repeat: a signal that lands before recv blocks is simply handled */
-	for (int i = 0; i < 200 && __atomic_load_n(&b.r, __ATOMIC_SEQ_CST) == 99; i++) {
-		msleep(10);
-		pthread_kill(t, SIGUSR1);
-	}
+	signal_until_returned(t, &b.r);
 	pthread_join(t, NULL);
 	rec("blocked recv", b.r, b.err);
 	out("handler ran: %s", got_usr1 > 0 ? "yes" : "no");
@@ -495,10 +502,7 @@ STREAM_SCEN(thread_accept_signal_eintr)
 	handle_usr1(0);
 	b.fd = fam_server(f, &a, &al);
 	pthread_create(&t, NULL, blocked_accept_b, &b);
-	for (int i = 0; i < 200 && __atomic_load_n(&b.r, __ATOMIC_SEQ_CST) == 99; i++) {
-		msleep(10);
-		pthread_kill(t, SIGUSR1);
-	}
+	signal_until_returned(t, &b.r);
 	pthread_join(t, NULL);
 	rec("blocked accept", b.r, b.err);
 }
@@ -531,10 +535,7 @@ STREAM_SCEN(thread_epoll_wait_woken)
 	recv(s, &c, 1, 0);
 	b.r = 99;
 	pthread_create(&t, NULL, blocked_epoll, &b);
-	for (int i = 0; i < 200 && __atomic_load_n(&b.r, __ATOMIC_SEQ_CST) == 99; i++) {
-		msleep(10);
-		pthread_kill(t, SIGUSR1);
-	}
+	signal_until_returned(t, &b.r);
 	pthread_join(t, NULL);
 	rec("blocked epoll_wait (signal)", b.r, b.err);
 }

@@ -72,18 +72,8 @@ DSOCK_API int fcntl(int fd, int cmd, ...)
 	return do_fcntl(fd, cmd, arg);
 }
 
-DSOCK_API int fcntl64(int fd, int cmd, ...)
-{
-	va_list ap;
-	void *arg;
-
-	va_start(ap, cmd);
-	arg = va_arg(ap, void *);
-	va_end(ap);
-	if (DSOCK_GUARDED())
-		return dsock_real.fcntl(fd, cmd, arg);
-	return do_fcntl(fd, cmd, arg);
-}
+/* the same function under glibc's 64-bit-offset name */
+DSOCK_API int fcntl64(int fd, int cmd, ...) __attribute__((alias("fcntl")));
 
 DSOCK_API int ioctl(int fd, unsigned long req, ...)
 {
