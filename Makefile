@@ -16,7 +16,7 @@ SANFLAGS = -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 
 COMMON_SRC = $(wildcard src/common/*.c)
-LIB_SRC    = $(wildcard src/lib/*/*.c)
+LIB_SRC    = $(wildcard src/lib/*/*.c src/lib/*/*/*.c)
 DAEMON_SRC = $(wildcard src/daemon/*.c)
 CLI_SRC    = $(wildcard src/cli/*.c)
 
@@ -40,11 +40,11 @@ san: $(DSOCKD) $(DSOCK) $(UNIT)
 
 # The preload library is never built with sanitizers: ASan must be the first
 # object loaded, which an LD_PRELOAD library into an arbitrary program is not.
-$(BUILD)/obj/pic/%.o: src/%.c $(wildcard src/*/*.h src/lib/*/*.h)
+$(BUILD)/obj/pic/%.o: src/%.c $(wildcard src/*/*.h src/lib/*/*.h src/lib/*/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -DDSOCK_LIB -c $< -o $@
 
-$(BUILD)/obj/bin/%.o: src/%.c $(wildcard src/*/*.h src/lib/*/*.h)
+$(BUILD)/obj/bin/%.o: src/%.c $(wildcard src/*/*.h src/lib/*/*.h src/lib/*/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(SANFLAGS) -c $< -o $@
 

@@ -40,7 +40,13 @@ unit() {
 }
 
 conformance() {
-	"$BUILD/tests/conformance" -j 2 -w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
+	mkdir -p "$RUNDIR/fastpath"
+	"$BUILD/tests/conformance" -j 2 -r "$RUNDIR/fastpath" -w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
+}
+
+# The same scenarios with the fast path off: the passthrough layer alone.
+conformance_kernel() {
+	DSOCK_FASTPATH=0 "$BUILD/tests/conformance" -j 2 -w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
 }
 
 # The harness must be able to fail: a scenario with a wrong expectation, and
@@ -64,7 +70,8 @@ step "unit tests" unit "$BUILD"
 step "exports" tests/unit/exports.sh "$BUILD"
 step "build with ASan+UBSan" make -s -j2 san SAN=address,undefined BUILD="$SANBUILD"
 step "unit tests under ASan+UBSan" unit "$SANBUILD"
-step "conformance (native vs dsock)" conformance
+step "conformance (native vs dsock, fast path on)" conformance
+step "conformance (native vs dsock, fast path off)" conformance_kernel
 step "conformance harness self-test" harness_selftest
 step "daemon and CLI" python3 tests/daemon/test_daemon.py "$BUILD"
 step "real programs under dsock" tests/apps/run_apps.sh "$BUILD"

@@ -61,6 +61,19 @@ static int check_payload(const struct dsock_msg_hdr *h, size_t plen)
 			return -EBADMSG;
 		return check_addr(&m->local) ?: check_addr(&m->peer);
 	}
+	case DSOCK_MSG_OFFER: {
+		const struct dsock_msg_offer *m = p;
+		if (plen != sizeof(*m) || m->role < 1 || m->role > 2 || m->pad)
+			return -EBADMSG;
+		return 0;
+	}
+	case DSOCK_MSG_RESULT: {
+		const struct dsock_msg_result *m = p;
+		if (plen != sizeof(*m) || m->result < DSOCK_RES_PAIRED || m->result > DSOCK_RES_HELD ||
+		    m->side > 1 || m->reason >= DSOCK_R_MAX)
+			return -EBADMSG;
+		return 0;
+	}
 	case DSOCK_MSG_STAT_LINE:
 		/* text, NUL-terminated, printable */
 		return plen > 0 ? check_str(p, plen) : -EBADMSG;
@@ -111,7 +124,7 @@ const char *dsock_state_name(unsigned st)
 
 const char *dsock_path_name(unsigned path)
 {
-	return path == DSOCK_PATH_KERNEL ? "kernel" : "?";
+	return path == DSOCK_PATH_KERNEL ? "kernel" : path == DSOCK_PATH_SHM ? "shm" : "?";
 }
 
 void dsock_addr_format(const struct dsock_addr *a, char *buf, size_t n)

@@ -22,7 +22,44 @@ enum dsock_msg_type {
 	DSOCK_MSG_SHUTDOWN = 6,   /* cli -> d: exit cleanly */
 	DSOCK_MSG_ACK = 7,        /* d -> any: request done */
 	DSOCK_MSG_ERROR = 8,      /* d -> any: request refused (payload: errno) */
-	DSOCK_MSG_TYPE_MAX = 8,
+	DSOCK_MSG_OFFER = 9,      /* lib -> d: pair this established TCP socket
+				   * (the socket itself attached, SCM_RIGHTS) */
+	DSOCK_MSG_RESULT = 10,    /* d -> lib: the pairing's outcome (when paired,
+				   * the connection's memfd attached) */
+	DSOCK_MSG_TYPE_MAX = 10,
+};
+
+/* Messages that carry exactly one fd (SCM_RIGHTS); every other type
+ * carries none, and a stray fd is closed and the message refused.  HELLO
+ * carries the process's mail page (a sealed 4 KiB memfd): the daemon bumps
+ * its counter whenever it sends the process a RESULT, so the library learns
+ * of mail with a memory read instead of a system call. */
+static inline int dsock_msg_has_fd(unsigned type)
+{
+	return type == DSOCK_MSG_HELLO || type == DSOCK_MSG_OFFER;
+}
+
+struct dsock_mail_page {
+	uint64_t mail_seq; /* written by the daemon only */
+};
+
+struct dsock_msg_offer {
+	uint64_t sock_id;
+	uint32_t role; /* enum dsock_role: 1 connect, 2 accept */
+	uint32_t pad;
+};
+
+/* HELD: the daemon inspected the offered socket and closed its copy; the
+ * answer comes later.  Until then the socket's close must wait: a socket
+ * still in flight to the daemon would outlive its close (RST, not FIN). */
+enum dsock_result { DSOCK_RES_PAIRED = 1, DSOCK_RES_KERNEL = 2, DSOCK_RES_HELD = 3 };
+
+struct dsock_msg_result {
+	uint64_t sock_id;
+	uint32_t result;    /* enum dsock_result */
+	uint32_t side;      /* PAIRED: 0 or 1, which half of the memfd is ours */
+	uint32_t reason;    /* KERNEL: enum dsock_reason */
+	uint32_t ring_size; /* PAIRED: bytes per direction */
 };
 
 struct dsock_msg_hdr {
@@ -59,7 +96,7 @@ enum dsock_sock_event {
 	DSOCK_EV_MAX = 4,
 };
 
-enum dsock_path { DSOCK_PATH_KERNEL = 1, DSOCK_PATH_MAX = 1 };
+enum dsock_path { DSOCK_PATH_KERNEL = 1, DSOCK_PATH_SHM = 2, DSOCK_PATH_MAX = 2 };
 
 enum dsock_sock_state {
 	DSOCK_ST_OPEN = 1,

@@ -7,6 +7,8 @@
  * second instance exit 0 at once, so any number of `dsock run` may try to
  * start it concurrently. */
 #include "daemon/server.h"
+#include "daemon/pairing.h"
+#include "common/shm_layout.h"
 #include "common/log.h"
 #include "common/paths.h"
 
@@ -105,6 +107,17 @@ int main(int argc, char **argv)
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
+	}
+	{
+		/* bytes per direction of every connection's ring */
+		const char *kb = getenv("DSOCK_RING_KB");
+		long v = kb ? atol(kb) * 1024 : DSOCK_RING_DEFAULT;
+		if (v < DSOCK_RING_MIN || v > DSOCK_RING_MAX || (v & (v - 1))) {
+			fprintf(stderr, "dsockd: DSOCK_RING_KB must be a power of two from %u to %u\n",
+				DSOCK_RING_MIN >> 10, DSOCK_RING_MAX >> 10);
+			return 2;
+		}
+		dd_pairing_config((uint32_t)v);
 	}
 	if (dsock_socket_path(path, sizeof(path))) {
 		fprintf(stderr, "dsockd: socket path too long\n");

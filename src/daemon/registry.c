@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static struct dd_proc *procs;
 static size_t nprocs;
@@ -35,6 +36,8 @@ void dd_proc_remove(struct dd_proc *p)
 			break;
 		}
 	}
+	if (p->mail)
+		munmap(p->mail, 4096);
 	free(p->socks);
 	free(p);
 }

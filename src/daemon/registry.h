@@ -28,6 +28,7 @@ struct dd_proc {
 	struct dd_sock *socks;
 	size_t nsocks, cap;
 	unsigned long untracked; /* events past DD_SOCKS_PER_PROC_MAX */
+	struct dsock_mail_page *mail; /* the process's mail page, or NULL */
 	struct dd_proc *next;
 };
 

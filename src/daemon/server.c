@@ -3,6 +3,7 @@
  * request.  Any malformed message closes that client and nothing else. */
 #include "daemon/server.h"
 #include "daemon/registry.h"
+#include "daemon/pairing.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/reason.h"
@@ -13,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -25,6 +29,7 @@ enum { ROLE_NEW, ROLE_LIB, ROLE_CLI };
 struct dd_client {
 	int fd;
 	int role;
+	uint64_t gen; /* tells a reused slot from the client an offer came from */
 	struct ucred cred;
 	struct dd_proc *proc;
 };
@@ -51,6 +56,7 @@ static int nclients_max, nclients;
 static struct dd_stats stats;
 static int ep;
 static uint32_t out_seq;
+static uint64_t next_gen = 1;
 
 #define SLOT_LISTEN  0xfffffffeu
 #define SLOT_SIGNALS 0xfffffffdu
@@ -67,6 +73,7 @@ static void client_close(uint32_t slot)
 		memcpy(g->comm, c->proc->comm, sizeof(g->comm));
 		g->lived = (long)(time(NULL) - c->proc->since);
 		g->socks = c->proc->nsocks;
+		dd_pairing_forget(c->proc);
 		dd_proc_remove(c->proc);
 	}
 	epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
@@ -76,17 +83,53 @@ static void client_close(uint32_t slot)
 	nclients--;
 }
 
-static int send_msg(int fd, uint16_t type, const void *payload, size_t len)
+/* Sends one message, with pass_fd attached when >= 0.  flags: 0 blocks up
+ * to SO_SNDTIMEO (a CLI that stops reading costs at most that, then is
+ * dropped); MSG_DONTWAIT for libraries, which must never stall the daemon. */
+static int send_msg_fd(int fd, uint16_t type, const void *payload, size_t len, int pass_fd, int flags)
 {
 	union { struct dsock_msg_hdr h; char b[DSOCK_MSG_MAX]; } m;
+	union { struct cmsghdr c; char b[CMSG_SPACE(sizeof(int))]; } cm;
+	struct iovec v;
+	struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1 };
 
 	if (sizeof(m.h) + len > sizeof(m))
 		return -EMSGSIZE;
 	dsock_msg_init(&m.h, type, len, ++out_seq);
-	memcpy(m.b + sizeof(m.h), payload, len);
-	/* blocking with SO_SNDTIMEO: a CLI that stops reading costs at most
-	 * that long, then is dropped */
-	return send(fd, m.b, sizeof(m.h) + len, MSG_NOSIGNAL) < 0 ? -errno : 0;
+	if (len)
+		memcpy(m.b + sizeof(m.h), payload, len);
+	v.iov_base = m.b;
+	v.iov_len = sizeof(m.h) + len;
+	if (pass_fd >= 0) {
+		memset(&cm, 0, sizeof(cm));
+		mh.msg_control = cm.b;
+		mh.msg_controllen = sizeof(cm.b);
+		cm.c.cmsg_level = SOL_SOCKET;
+		cm.c.cmsg_type = SCM_RIGHTS;
+		cm.c.cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(&cm.c), &pass_fd, sizeof(int));
+	}
+	return sendmsg(fd, &mh, MSG_NOSIGNAL | flags) < 0 ? -errno : 0;
+}
+
+static int send_msg(int fd, uint16_t type, const void *payload, size_t len)
+{
+	return send_msg_fd(fd, type, payload, len, -1, 0);
+}
+
+int dd_send_result(const struct dd_reply_to *to, const struct dsock_msg_result *r, int memfd)
+{
+	struct dd_client *c = &clients[to->slot];
+	int rc;
+
+	if (to->slot >= (uint32_t)nclients_max || c->fd < 0 || c->gen != to->gen)
+		return -ESRCH; /* the process left meanwhile */
+	rc = send_msg_fd(c->fd, DSOCK_MSG_RESULT, r, sizeof(*r), memfd, MSG_DONTWAIT);
+	if (rc)
+		DSOCK_WARN("cannot send a pairing result to pid %d: %s", c->cred.pid, strerror(-rc));
+	else if (c->proc && c->proc->mail)
+		__atomic_add_fetch(&c->proc->mail->mail_seq, 1, __ATOMIC_RELEASE);
+	return rc;
 }
 
 static int send_line(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -125,12 +168,15 @@ static int may_see(const struct ucred *who, uid_t owner)
 
 static int send_stat(struct dd_client *c)
 {
+	unsigned long paired, kernel, pending;
 	int r;
 
+	dd_pairing_stats(&paired, &kernel, &pending);
 	r = send_line(c->fd, "daemon pid=%d uid=%u version=%s uptime=%lds clients=%d procs=%zu "
-		      "accepted=%lu refused=%lu bad_msgs=%lu events=%lu",
+		      "accepted=%lu refused=%lu bad_msgs=%lu events=%lu paired=%lu kernel=%lu pending=%lu",
 		      getpid(), getuid(), "0.1.0", (long)(time(NULL) - stats.start), nclients,
-		      dd_proc_count(), stats.accepted, stats.refused, stats.bad_msgs, stats.events);
+		      dd_proc_count(), stats.accepted, stats.refused, stats.bad_msgs, stats.events,
+		      paired, kernel, pending);
 	for (struct dd_proc *p = dd_proc_first(); p && !r; p = p->next) {
 		if (!may_see(&c->cred, p->uid))
 			continue;
@@ -176,7 +222,22 @@ static int is_parent_of(pid_t child, pid_t parent)
 	return ppid == parent;
 }
 
-static int on_hello(struct dd_client *c, const struct dsock_msg_hello *h)
+/* The mail page must be a sealed (cannot shrink) memfd of at least a page:
+ * otherwise its owner could truncate it and make the daemon fault. */
+static struct dsock_mail_page *map_mail(int fd)
+{
+	struct stat st;
+	void *p;
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    st.st_size < 4096)
+		return NULL;
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static int on_hello(struct dd_client *c, const struct dsock_msg_hello *h, int fd)
 {
 	struct dd_proc *parent;
 
@@ -185,6 +246,8 @@ static int on_hello(struct dd_client *c, const struct dsock_msg_hello *h)
 	c->proc = dd_proc_add(c->cred.pid, c->cred.uid, h);
 	if (!c->proc)
 		return -ENOMEM;
+	if (fd >= 0 && !(c->proc->mail = map_mail(fd)))
+		DSOCK_WARN("pid %d sent an unusable mail page", c->cred.pid);
 	c->role = ROLE_LIB;
 	if ((h->flags & DSOCK_HELLO_FORKED) && (parent = dd_proc_find(h->ppid)) &&
 	    parent != c->proc && is_parent_of(c->cred.pid, h->ppid))
@@ -194,18 +257,36 @@ static int on_hello(struct dd_client *c, const struct dsock_msg_hello *h)
 	return 0;
 }
 
-/* Returns <0 to drop the client, 1 to stop the daemon. */
-static int on_message(struct dd_client *c, const void *buf, size_t n)
+/* Returns <0 to drop the client, 1 to stop the daemon.  fd is the one
+ * received with the message (or -1); it is always consumed here. */
+static int on_message(struct dd_client *c, uint32_t slot, const void *buf, size_t n, int fd)
 {
 	const struct dsock_msg_hdr *h = buf;
 	const void *payload = h + 1;
 	int r = dsock_msg_check(buf, n);
 
-	if (r)
-		return r;
+	if (r == 0 && (fd >= 0) != dsock_msg_has_fd(h->type) && h->type != DSOCK_MSG_HELLO)
+		r = -EBADMSG; /* an fd where none belongs, or none where one must be */
+	if (r || h->type != DSOCK_MSG_OFFER) {
+		int hello = r == 0 && h->type == DSOCK_MSG_HELLO;
+		r = r ? r : hello ? on_hello(c, payload, fd) : 0;
+		if (fd >= 0)
+			close(fd);
+		if (r || hello)
+			return r;
+	}
 	switch (h->type) {
 	case DSOCK_MSG_HELLO:
-		return on_hello(c, payload);
+		return 0;
+	case DSOCK_MSG_OFFER: {
+		struct dd_reply_to to = { .slot = slot, .gen = c->gen, .proc = c->proc };
+		if (c->role != ROLE_LIB) {
+			close(fd);
+			return -EPROTO;
+		}
+		dd_pairing_offer(&to, payload, fd);
+		return 0;
+	}
 	case DSOCK_MSG_SOCK_EVENT:
 		if (c->role != ROLE_LIB)
 			return -EPROTO;
@@ -263,6 +344,7 @@ static void on_accept(int lfd)
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	clients[slot].fd = fd;
 	clients[slot].role = ROLE_NEW;
+	clients[slot].gen = next_gen++;
 	ev.data.u32 = (uint32_t)slot;
 	if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		close(fd);
@@ -277,11 +359,15 @@ static void on_accept(int lfd)
 static int on_readable(uint32_t slot)
 {
 	static union { struct dsock_msg_hdr h; char b[DSOCK_MSG_MAX + 1]; } m;
+	union { struct cmsghdr c; char b[CMSG_SPACE(4 * sizeof(int))]; } cm;
 	struct dd_client *c = &clients[slot];
 
 	for (int i = 0; i < 64; i++) { /* bounded: one client cannot starve others */
-		ssize_t n = recv(c->fd, m.b, sizeof(m.b), MSG_DONTWAIT | MSG_TRUNC);
-		int r;
+		struct iovec v = { m.b, sizeof(m.b) };
+		struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = cm.b,
+				     .msg_controllen = sizeof(cm.b) };
+		ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC);
+		int r, fd = -1, nfds = 0;
 
 		if (n < 0 && (errno == EAGAIN || errno == EINTR))
 			return 0;
@@ -289,7 +375,30 @@ static int on_readable(uint32_t slot)
 			client_close(slot);
 			return 0;
 		}
-		r = (size_t)n > DSOCK_MSG_MAX ? -EMSGSIZE : on_message(c, m.b, (size_t)n);
+		/* take every fd the kernel installed, keep at most one */
+		for (struct cmsghdr *ch = CMSG_FIRSTHDR(&mh); ch; ch = CMSG_NXTHDR(&mh, ch)) {
+			if (ch->cmsg_level != SOL_SOCKET || ch->cmsg_type != SCM_RIGHTS)
+				continue;
+			for (size_t k = 0; k < (ch->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
+				int got;
+				memcpy(&got, CMSG_DATA(ch) + k * sizeof(int), sizeof(int));
+				if (nfds++ == 0)
+					fd = got;
+				else
+					close(got);
+			}
+		}
+		if (nfds > 1 || (mh.msg_flags & MSG_CTRUNC)) {
+			if (fd >= 0)
+				close(fd);
+			r = -EBADMSG;
+		} else if ((size_t)n > DSOCK_MSG_MAX) {
+			if (fd >= 0)
+				close(fd);
+			r = -EMSGSIZE;
+		} else {
+			r = on_message(c, slot, m.b, (size_t)n, fd);
+		}
 		if (r == 1)
 			return 1;
 		if (r < 0) {
@@ -333,7 +442,7 @@ int dd_serve(int lfd, const struct dd_config *cfg)
 	DSOCK_INFO("serving on %s", cfg->socket_path);
 	while (!stop) {
 		struct epoll_event evs[64];
-		int n = epoll_wait(ep, evs, 64, -1);
+		int n = epoll_wait(ep, evs, 64, dd_pairing_tick());
 
 		for (int i = 0; i < n && !stop; i++) {
 			uint32_t slot = evs[i].data.u32;

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/un.h>
 #include <time.h>
@@ -24,6 +25,9 @@ static atomic_flag ctl_busy = ATOMIC_FLAG_INIT;
 static uint32_t ctl_seq;
 static int64_t ctl_next_try_ns;
 static _Atomic unsigned long ctl_dropped;
+static const struct dsock_mail_page *mail;  /* read-only mapping */
+static uint64_t mail_seen;
+static void (*result_handler)(const struct dsock_msg_result *r, int memfd);
 
 static int ctl_trylock(void)
 {
@@ -93,11 +97,35 @@ static int move_high(int fd)
 	return hi;
 }
 
+/* A fresh mail page for this process: a sealed 4 KiB memfd the daemon
+ * writes and we only read.  Returns its fd (to pass in HELLO) or -1. */
+static int new_mail_page(void)
+{
+	int fd = memfd_create("dsock-mail", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	void *p;
+
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, 4096) < 0 ||
+	    dsock_real.fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
+	    (p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		dsock_real.close(fd);
+		return -1;
+	}
+	if (mail)
+		munmap((void *)mail, 4096);
+	mail = p;
+	mail_seen = 0;
+	return fd;
+}
+
+static int ctl_send_fd_locked(uint16_t type, const void *payload, size_t len, int pass_fd);
+
 static int ctl_connect_locked(unsigned flags, int ppid)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct dsock_msg_hello h;
-	int fd;
+	int fd, mfd;
 
 	ctl_next_try_ns = now_ns() + 1000000000;
 	if (dsock_socket_path(sa.sun_path, sizeof(sa.sun_path)))
@@ -121,8 +149,46 @@ static int ctl_connect_locked(unsigned flags, int ppid)
 		if (*c < 0x20 || *c > 0x7e)
 			*c = '?';
 	snprintf(h.lib_version, sizeof(h.lib_version), "%s", DSOCK_VERSION);
-	ctl_send_locked(DSOCK_MSG_HELLO, &h, sizeof(h), 0);
+	mfd = new_mail_page();
+	ctl_send_fd_locked(DSOCK_MSG_HELLO, &h, sizeof(h), mfd);
+	if (mfd >= 0)
+		dsock_real.close(mfd);
 	return 0;
+}
+
+/* Sends one message with pass_fd attached (when >= 0).  Returns 0 or
+ * -errno; a dead daemon is forgotten (the next event reconnects). */
+static int ctl_send_fd_locked(uint16_t type, const void *payload, size_t len, int pass_fd)
+{
+	char buf[sizeof(struct dsock_msg_hdr) + 256];
+	union { struct cmsghdr c; char b[CMSG_SPACE(sizeof(int))]; } cm;
+	struct iovec v = { buf, sizeof(struct dsock_msg_hdr) + len };
+	struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1 };
+	int fd = atomic_load(&ctl_fd);
+
+	if (fd < 0)
+		return -ENOTCONN;
+	if (len > 256)
+		return -EMSGSIZE;
+	dsock_msg_init((struct dsock_msg_hdr *)buf, type, len, ++ctl_seq);
+	memcpy(buf + sizeof(struct dsock_msg_hdr), payload, len);
+	if (pass_fd >= 0) {
+		memset(&cm, 0, sizeof(cm));
+		mh.msg_control = cm.b;
+		mh.msg_controllen = sizeof(cm.b);
+		cm.c.cmsg_level = SOL_SOCKET;
+		cm.c.cmsg_type = SCM_RIGHTS;
+		cm.c.cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(&cm.c), &pass_fd, sizeof(int));
+	}
+	if (dsock_real.sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+		return 0;
+	if (errno == EAGAIN || errno == ENOBUFS)
+		return -EAGAIN;
+	atomic_store(&ctl_fd, -1);
+	dsock_real.close(fd);
+	ctl_next_try_ns = now_ns() + 1000000000;
+	return -ENOTCONN;
 }
 
 static void fill_addr(struct dsock_addr *out, int fd, int peer)
@@ -160,7 +226,7 @@ static void send_event_locked(struct dsock_sock *s, int fd, unsigned ev, int may
 	m.domain = (uint16_t)s->domain;
 	m.type = (uint16_t)s->type;
 	m.state = s->state;
-	m.path = DSOCK_PATH_KERNEL;
+	m.path = s->tp && s->reason == DSOCK_R_NONE ? DSOCK_PATH_SHM : DSOCK_PATH_KERNEL;
 	m.reason = s->reason;
 	if (ev != DSOCK_EV_CLOSE) {
 		fill_addr(&m.local, fd, 0);
@@ -234,6 +300,102 @@ void dsock_ctl_sock_event(struct dsock_sock *s, int fd, unsigned ev)
 		/* another thread (or a signal handler interrupting us) is
 		 * sending: never wait on the application's path */
 		atomic_fetch_add(&ctl_dropped, 1);
+	}
+	DSOCK_GUARD_EXIT();
+}
+
+int dsock_ctl_offer(struct dsock_sock *s, int fd, unsigned role)
+{
+	struct dsock_msg_offer m = { .sock_id = s->id, .role = role };
+	int r = -EAGAIN;
+
+	DSOCK_GUARD_ENTER();
+	/* an offer is worth a short wait for the lock, unlike an event */
+	for (int i = 0; i < 1000 && r == -EAGAIN; i++) {
+		if (ctl_trylock()) {
+			ctl_reconnect_locked();
+			r = ctl_send_fd_locked(DSOCK_MSG_OFFER, &m, sizeof(m), fd);
+			if (r == -ENOTCONN && ctl_connect_locked(0, 0) == 0) {
+				dsock_fdt_walk(replay_one, NULL);
+				r = ctl_send_fd_locked(DSOCK_MSG_OFFER, &m, sizeof(m), fd);
+			}
+			ctl_unlock();
+			if (r != -EAGAIN)
+				break;
+		}
+		sched_yield();
+	}
+	DSOCK_GUARD_EXIT();
+	return r;
+}
+
+void dsock_ctl_set_result_handler(void (*fn)(const struct dsock_msg_result *r, int memfd))
+{
+	result_handler = fn;
+}
+
+/* Reads every waiting message from the daemon.  Locked. */
+static void read_mail_locked(void)
+{
+	union { struct dsock_msg_hdr h; char b[DSOCK_MSG_MAX + 1]; } m;
+	union { struct cmsghdr c; char b[CMSG_SPACE(4 * sizeof(int))]; } cm;
+	int fd = atomic_load(&ctl_fd);
+
+	if (mail)
+		mail_seen = __atomic_load_n(&mail->mail_seq, __ATOMIC_ACQUIRE);
+	while (fd >= 0) {
+		struct iovec v = { m.b, sizeof(m.b) };
+		struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = cm.b,
+				     .msg_controllen = sizeof(cm.b) };
+		ssize_t n = dsock_real.recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		int got = -1;
+
+		if (n <= 0)
+			break;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+				continue;
+			for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
+				int x;
+				memcpy(&x, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+				if (got < 0)
+					got = x;
+				else
+					dsock_real.close(x);
+			}
+		}
+		/* the daemon is trusted more than a peer, but still checked */
+		if (dsock_msg_check(m.b, (size_t)n) || m.h.type != DSOCK_MSG_RESULT || !result_handler) {
+			if (got >= 0)
+				dsock_real.close(got);
+			continue;
+		}
+		struct dsock_msg_result r;
+		memcpy(&r, m.b + sizeof(m.h), sizeof(r));
+		if ((r.result == DSOCK_RES_PAIRED) != (got >= 0)) {
+			if (got >= 0)
+				dsock_real.close(got);
+			r.result = DSOCK_RES_KERNEL;
+			r.reason = DSOCK_R_RESOURCE;
+			got = -1;
+		}
+		result_handler(&r, got);
+	}
+}
+
+void dsock_ctl_poll_mail(void)
+{
+	if (mail && __atomic_load_n(&mail->mail_seq, __ATOMIC_ACQUIRE) == mail_seen)
+		return;
+	dsock_ctl_read_mail();
+}
+
+void dsock_ctl_read_mail(void)
+{
+	DSOCK_GUARD_ENTER();
+	if (ctl_trylock()) {
+		read_mail_locked();
+		ctl_unlock();
 	}
 	DSOCK_GUARD_EXIT();
 }

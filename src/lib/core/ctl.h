@@ -19,4 +19,17 @@ void dsock_ctl_fd_lost(unsigned first, unsigned last);
 /* Cheap test used before dsock_ctl_fd_lost on every close. */
 int dsock_ctl_fd(void);
 
+/* Sends an OFFER for s with its kernel socket fd attached.  Returns 0, or
+ * -errno when the daemon cannot be reached (the socket then stays on the
+ * kernel). */
+struct dsock_msg_result;
+int dsock_ctl_offer(struct dsock_sock *s, int fd, unsigned role);
+/* Handler for RESULT messages (set by the shm transport); memfd is -1
+ * unless paired, and the handler owns it. */
+void dsock_ctl_set_result_handler(void (*fn)(const struct dsock_msg_result *r, int memfd));
+/* Delivers mail, if the daemon left any: one memory read when there is none. */
+void dsock_ctl_poll_mail(void);
+/* Blocking variant for tests and slow paths: also reads when no mail page. */
+void dsock_ctl_read_mail(void);
+
 #endif

@@ -28,7 +28,8 @@ void dsock_env_init(void)
 	nsaved = 0;
 	for (char **e = environ; e && *e && nsaved < DSOCK_ENV_SAVED_MAX; e++) {
 		size_t len = strlen(*e) + 1;
-		if (strncmp(*e, "DSOCK_", 6) || !strchr(*e, '=') || used + len > sizeof(saved_buf))
+		if (strncmp(*e, "DSOCK_", 6) || !strchr(*e, '=') || used + len > sizeof(saved_buf) ||
+		    !strncmp(*e, "DSOCK_SHM_FDS=", 14)) /* per exec, never inherited further */
 			continue;
 		memcpy(saved_buf + used, *e, len);
 		saved[nsaved++] = saved_buf + used;
@@ -77,19 +78,20 @@ static int listed(const char *list, const char *lib)
 	return 0;
 }
 
-char *const *dsock_env_fix(char *const envp[], char **out, size_t cap, char *sbuf, size_t sbuflen)
+char *const *dsock_env_fix(char *const envp[], char **out, size_t cap, char *sbuf, size_t sbuflen,
+			   const char *extra)
 {
 	const char *old = find(envp, "LD_PRELOAD", 10);
 	int need_preload = lib_path[0] && !(old && listed(old + sizeof(PRELOAD) - 1, lib_path));
-	size_t n = 0;
+	size_t n = 0, xlen = extra ? (size_t)(strchr(extra, '=') - extra) : 0;
 	int missing = 0;
 
 	for (int i = 0; i < nsaved; i++)
 		if (!find(envp, saved[i], (size_t)(strchr(saved[i], '=') - saved[i])))
 			missing++;
-	if (!need_preload && !missing)
+	if (!need_preload && !missing && !extra)
 		return envp;
-	if (dsock_env_count(envp) + (size_t)missing + 2 > cap)
+	if (dsock_env_count(envp) + (size_t)missing + 3 > cap)
 		return envp;
 	if (need_preload) {
 		const char *rest = old ? old + sizeof(PRELOAD) - 1 : "";
@@ -105,8 +107,11 @@ char *const *dsock_env_fix(char *const envp[], char **out, size_t cap, char *sbu
 		out[n++] = sbuf;
 	}
 	for (size_t i = 0; envp && envp[i]; i++)
-		if (!(need_preload && envp[i] == old))
+		if (!(need_preload && envp[i] == old) &&
+		    !(extra && !strncmp(envp[i], extra, xlen) && envp[i][xlen] == '='))
 			out[n++] = envp[i];
+	if (extra)
+		out[n++] = (char *)extra;
 	for (int i = 0; i < nsaved; i++)
 		if (!find(envp, saved[i], (size_t)(strchr(saved[i], '=') - saved[i])))
 			out[n++] = (char *)saved[i];

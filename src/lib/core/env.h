@@ -18,13 +18,22 @@ size_t dsock_env_count(char *const envp[]);
 size_t dsock_env_strbuf_size(char *const envp[]);
 /* Returns envp itself when nothing is missing, else out (cap entries), built
  * from envp plus what is missing, with a new LD_PRELOAD string in sbuf. */
-char *const *dsock_env_fix(char *const envp[], char **out, size_t cap, char *sbuf, size_t sbuflen);
+/* extra ("NAME=value" or NULL) replaces any NAME= entry of envp. */
+char *const *dsock_env_fix(char *const envp[], char **out, size_t cap, char *sbuf, size_t sbuflen,
+			   const char *extra);
 
-/* Declares `name`, the fixed environment for envp, on the caller's stack. */
+/* Declares `name`, the fixed environment for envp, on the caller's stack,
+ * with the fast-path connections handed over (DSOCK_SHM_FDS). */
 #define DSOCK_ENV_FIXED(envp, name) \
-	size_t name##_cap = dsock_env_count(envp) + DSOCK_ENV_SAVED_MAX + 2; \
+	char name##_x[1024]; \
+	size_t name##_xl = dsock_shm_exec_env(name##_x, sizeof(name##_x)); \
+	size_t name##_cap = dsock_env_count(envp) + DSOCK_ENV_SAVED_MAX + 3; \
 	char *name##_v[name##_cap]; \
 	char name##_s[dsock_env_strbuf_size(envp)]; \
-	char *const *name = dsock_env_fix(envp, name##_v, name##_cap, name##_s, sizeof(name##_s))
+	char *const *name = dsock_env_fix(envp, name##_v, name##_cap, name##_s, sizeof(name##_s), \
+					  name##_xl ? (name##_x[name##_xl] = '\0', name##_x) : NULL)
+
+size_t dsock_shm_exec_env(char *buf, size_t n);
+void dsock_shm_exec_failed(void);
 
 #endif

@@ -1,6 +1,7 @@
 /* Calls that close, copy or change fds. */
 #include "lib/interpose/api.h"
 #include "lib/sock/sock.h"
+#include "lib/transport/transport.h"
 
 #include <fcntl.h>
 #include <stdarg.h>
@@ -84,6 +85,20 @@ DSOCK_API int ioctl(int fd, unsigned long req, ...)
 	va_start(ap, req);
 	arg = va_arg(ap, void *);
 	va_end(ap);
+	if ((req == FIONREAD) && arg && !DSOCK_GUARDED()) {
+		/* bytes waiting in a transport's ring are the answer */
+		struct dsock_sock *s = dsock_fdt_peek(fd) ? dsock_fdt_get(fd) : NULL;
+		if (s && s->tp && s->tp->readable) {
+			long n = s->tp->readable(s, fd);
+			dsock_sock_put(s);
+			if (n >= 0) {
+				*(int *)arg = (int)n;
+				return 0;
+			}
+		} else if (s) {
+			dsock_sock_put(s);
+		}
+	}
 	r = dsock_real.ioctl(fd, req, arg);
 	if (r < 0 || DSOCK_GUARDED())
 		return (int)dsock_ret(SYSRET(r));

@@ -21,13 +21,17 @@ DSOCK_API pid_t fork(void)
 DSOCK_API int execve(const char *path, char *const argv[], char *const envp[])
 {
 	DSOCK_ENV_FIXED(envp, env);
-	return (int)dsock_ret(SYSRET(dsock_real.execve(path, argv, env)));
+	int r_ = (int)SYSRET(dsock_real.execve(path, argv, env));
+	dsock_shm_exec_failed(); /* still here: the exec failed */
+	return (int)dsock_ret(r_);
 }
 
 DSOCK_API int execvpe(const char *file, char *const argv[], char *const envp[])
 {
 	DSOCK_ENV_FIXED(envp, env);
-	return (int)dsock_ret(SYSRET(dsock_real.execvpe(file, argv, env)));
+	int r_ = (int)SYSRET(dsock_real.execvpe(file, argv, env));
+	dsock_shm_exec_failed(); /* still here: the exec failed */
+	return (int)dsock_ret(r_);
 }
 
 DSOCK_API int execv(const char *path, char *const argv[])
@@ -43,13 +47,17 @@ DSOCK_API int execvp(const char *file, char *const argv[])
 DSOCK_API int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags)
 {
 	DSOCK_ENV_FIXED(envp, env);
-	return (int)dsock_ret(SYSRET(dsock_real.execveat(dirfd, path, argv, env, flags)));
+	int r_ = (int)SYSRET(dsock_real.execveat(dirfd, path, argv, env, flags));
+	dsock_shm_exec_failed(); /* still here: the exec failed */
+	return (int)dsock_ret(r_);
 }
 
 DSOCK_API int fexecve(int fd, char *const argv[], char *const envp[])
 {
 	DSOCK_ENV_FIXED(envp, env);
-	return (int)dsock_ret(SYSRET(dsock_real.fexecve(fd, argv, env)));
+	int r_ = (int)SYSRET(dsock_real.fexecve(fd, argv, env));
+	dsock_shm_exec_failed(); /* still here: the exec failed */
+	return (int)dsock_ret(r_);
 }
 
 /* execl*: gather the variadic arguments into an array on the stack. */
@@ -92,12 +100,16 @@ DSOCK_API int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_a
 			  const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
 	DSOCK_ENV_FIXED(envp, env);
-	return dsock_real.posix_spawn(pid, path, fa, attr, argv, env);
+	int r = dsock_real.posix_spawn(pid, path, fa, attr, argv, env);
+	dsock_shm_exec_failed(); /* the parent keeps its memfds private */
+	return r;
 }
 
 DSOCK_API int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
 			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
 	DSOCK_ENV_FIXED(envp, env);
-	return dsock_real.posix_spawnp(pid, file, fa, attr, argv, env);
+	int r = dsock_real.posix_spawnp(pid, file, fa, attr, argv, env);
+	dsock_shm_exec_failed();
+	return r;
 }

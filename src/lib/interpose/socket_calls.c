@@ -2,6 +2,7 @@
 #include "lib/interpose/api.h"
 #include "lib/sock/io.h"
 #include "lib/sock/sock.h"
+#include "lib/transport/transport.h"
 
 DSOCK_API int socket(int domain, int type, int protocol)
 {
@@ -61,13 +62,37 @@ DSOCK_API int shutdown(int fd, int how)
 
 /* Options and names are the kernel's answer while the kernel carries the
  * connection; a transport will answer here once it owns one. */
+/* A transport answers the options whose kernel answer would be wrong. */
+static int transport_sockopt(int fd, int set, int level, int opt, void *val, socklen_t *len)
+{
+	struct dsock_sock *s = dsock_fdt_peek(fd);
+	int r = -ENOPROTOOPT;
+
+	if (!s || !__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) || !val || !len || DSOCK_GUARDED())
+		return r;
+	if ((s = dsock_fdt_get(fd))) {
+		if (s->tp && s->tp->sockopt)
+			r = s->tp->sockopt(s, fd, set, level, opt, val, len);
+		dsock_sock_put(s);
+	}
+	return r;
+}
+
 DSOCK_API int getsockopt(int fd, int level, int opt, void *val, socklen_t *len)
 {
+	int r = transport_sockopt(fd, 0, level, opt, val, len);
+
+	if (r != -ENOPROTOOPT)
+		return (int)dsock_ret(r);
 	return (int)dsock_ret(SYSRET(dsock_real.getsockopt(fd, level, opt, val, len)));
 }
 
 DSOCK_API int setsockopt(int fd, int level, int opt, const void *val, socklen_t len)
 {
+	int r = transport_sockopt(fd, 1, level, opt, (void *)val, &len);
+
+	if (r != -ENOPROTOOPT)
+		return (int)dsock_ret(r);
 	return (int)dsock_ret(SYSRET(dsock_real.setsockopt(fd, level, opt, val, len)));
 }
 

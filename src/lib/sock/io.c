@@ -4,6 +4,8 @@
 #include "lib/transport/transport.h"
 
 #include <errno.h>
+#include <unistd.h>
+#include <limits.h>
 
 #include "lib/core/sysret.h"
 
@@ -43,7 +45,8 @@ static ssize_t tp_send(struct dsock_sock *s, int fd, const struct msghdr *m, int
 
 ssize_t dsock_io_read(int fd, void *buf, size_t n)
 {
-	struct dsock_sock *s = owned(fd);
+	/* read of 0 bytes returns 0 at once (recv of 0 would wait for data) */
+	struct dsock_sock *s = n ? owned(fd) : NULL;
 	if (s) {
 		ONE_IOV(buf, n);
 		return tp_recv(s, fd, &m_, 0);
@@ -51,9 +54,17 @@ ssize_t dsock_io_read(int fd, void *buf, size_t n)
 	return SYSRET(dsock_real.read(fd, buf, n));
 }
 
+static int iov_empty(const struct iovec *iov, int cnt)
+{
+	for (int i = 0; i < cnt; i++)
+		if (iov[i].iov_len)
+			return 0;
+	return 1;
+}
+
 ssize_t dsock_io_readv(int fd, const struct iovec *iov, int cnt)
 {
-	struct dsock_sock *s = owned(fd);
+	struct dsock_sock *s = cnt > 0 && cnt <= IOV_MAX && !iov_empty(iov, cnt) ? owned(fd) : NULL;
 	if (s) {
 		struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt };
 		return tp_recv(s, fd, &m, 0);
@@ -73,7 +84,8 @@ ssize_t dsock_io_write(int fd, const void *buf, size_t n)
 
 ssize_t dsock_io_writev(int fd, const struct iovec *iov, int cnt)
 {
-	struct dsock_sock *s = owned(fd);
+	/* the kernel's checks (EINVAL for a bad count) come first */
+	struct dsock_sock *s = cnt >= 0 && cnt <= IOV_MAX ? owned(fd) : NULL;
 	if (s) {
 		struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt };
 		return tp_send(s, fd, &m, 0);
@@ -188,11 +200,46 @@ int dsock_io_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 	return SYSRET(dsock_real.sendmmsg(fd, v, n, flags));
 }
 
+/* sendfile onto a transport's socket: read the file, send through the
+ * transport.  The file offset moves by exactly what was sent, as the
+ * kernel's would (the explicit *off, or the file position). */
 ssize_t dsock_io_sendfile(int out, int in, off_t *off, size_t n)
 {
-	/* A transport-owned destination will get a read-then-send loop with
-	 * the fast path; until then only the kernel owns sockets. */
-	return SYSRET(dsock_real.sendfile(out, in, off, n));
+	struct dsock_sock *s = owned(out);
+	char buf[65536];
+	off_t pos;
+	size_t done = 0;
+	ssize_t r = 0;
+
+	if (!s)
+		return SYSRET(dsock_real.sendfile(out, in, off, n));
+	pos = off ? *off : lseek(in, 0, SEEK_CUR);
+	if (pos < 0) {
+		r = -errno;
+		dsock_sock_put(s);
+		return r == -ESPIPE ? -EINVAL : r;
+	}
+	while (done < n) {
+		ssize_t got = pread(in, buf, n - done < sizeof(buf) ? n - done : sizeof(buf), pos);
+		if (got <= 0) {
+			r = got < 0 ? -errno : 0;
+			break;
+		}
+		ONE_IOV(buf, (size_t)got);
+		r = s->tp->sendmsg(s, out, &m_, done ? MSG_DONTWAIT : 0);
+		if (r <= 0)
+			break;
+		done += (size_t)r;
+		pos += r;
+		if (r < got)
+			break;
+	}
+	dsock_sock_put(s);
+	if (off)
+		*off = pos;
+	else if (done)
+		lseek(in, pos, SEEK_SET);
+	return done ? (ssize_t)done : r;
 }
 
 int dsock_io_shutdown(int fd, int how)

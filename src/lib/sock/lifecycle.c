@@ -6,6 +6,7 @@
 #include "lib/core/proc.h"
 #include "lib/interpose/real.h"
 #include "lib/transport/transport.h"
+#include "lib/sock/ready.h"
 #include "common/proto.h"
 #include "common/reason.h"
 
@@ -56,8 +57,8 @@ static void settle(struct dsock_sock *s, int fd, int role)
 		if (!dsock_rules_conn_allowed(&dsock_proc.rules, have_l ? (void *)&l : NULL,
 					      have_p ? (void *)&p : NULL, &rule))
 			reason = DSOCK_R_DENIED_RULE;
-		else if (dsock_transport_offer(s, fd, role, &reason) == 0)
-			reason = DSOCK_R_NONE;
+		else
+			dsock_transport_offer(s, fd, role, &reason);
 	}
 	s->reason = (uint16_t)reason;
 	if (is_inet(s))
@@ -197,8 +198,17 @@ int dsock_sock_close(int fd)
 	int r;
 
 	if ((dsock_fdt_peek(fd) || fd == dsock_ctl_fd()) && dsock_table_owner()) {
+		struct dsock_sock *last = dsock_fdt_peek(fd);
+		const struct dsock_transport *tp = last ? __atomic_load_n(&last->tp, __ATOMIC_ACQUIRE) : NULL;
+		/* this process's last fd of a transport's socket: let it finish
+		 * (reset on unread data, drain tokens) before the kernel closes */
+		if (tp && tp->before_close)
+			tp->before_close(last, fd);
+		if (tp && tp->closing && atomic_load(&last->ref) == 1)
+			tp->closing(last, fd);
 		dsock_ctl_fd_lost((unsigned)fd, (unsigned)fd);
 		s = dsock_fdt_swap(fd, NULL);
+		dsock_epoll_forget_fd(fd);
 	}
 	r = dsock_real.close(fd);
 	r = SYSRET(r);

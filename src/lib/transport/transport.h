@@ -27,6 +27,24 @@ struct dsock_transport {
 	ssize_t (*sendmsg)(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
 	ssize_t (*recvmsg)(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
 	int (*shutdown)(struct dsock_sock *s, int fd, int how);
+	/* Bytes readable now (FIONREAD), or -errno. */
+	long (*readable)(struct dsock_sock *s, int fd);
+	/* 1 when data is readable that the kernel socket does not show (our
+	 * pollers then report it); 0 when the kernel's readiness is right. */
+	int (*hidden_readable)(struct dsock_sock *s);
+	/* The kernel says readable: 1 if that is only wake-up tokens (they
+	 * are drained, and the poller must not report it), else 0. */
+	int (*spurious_in)(struct dsock_sock *s, int fd);
+	/* The process's last fd of the socket is about to close. */
+	void (*closing)(struct dsock_sock *s, int fd);
+	/* Any fd of the socket is about to close (calls may be in flight). */
+	void (*before_close)(struct dsock_sock *s, int fd);
+	/* 1 if a send would not block; want_space asks for a wake-up (a
+	 * readable kernel socket) when space frees. */
+	int (*writable)(struct dsock_sock *s);
+	/* Options the transport answers; -ENOPROTOOPT: the kernel's answer. */
+	int (*sockopt)(struct dsock_sock *s, int fd, int set, int level, int opt, void *val, socklen_t *len);
+	void (*want_space)(struct dsock_sock *s);
 	/* The last fd referring to the socket is gone. */
 	void (*release)(struct dsock_sock *s);
 };

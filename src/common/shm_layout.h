@@ -1,0 +1,71 @@
+/* The layout of a connection's shared memory (one memfd per connection,
+ * created and sealed by dsockd, mapped by exactly the two endpoints).
+ *
+ *   page 0     header: sides, ring control (each writer on its own lines)
+ *   page 1..   ring 0 data (side 0 -> side 1), ring_size bytes
+ *   then       ring 1 data (side 1 -> side 0), ring_size bytes
+ *
+ * Only offsets and free-running byte counters live here, never pointers.
+ * Both processes can write every byte of it, so a reader trusts nothing:
+ * ring_size and the layout are read once at attach and kept privately, and
+ * every index is checked (0 <= tail - head <= ring_size, monotonic) before
+ * use; a violation resets that connection only. */
+#ifndef DSOCK_SHM_LAYOUT_H
+#define DSOCK_SHM_LAYOUT_H
+
+#include <stdint.h>
+
+#define DSOCK_SHM_MAGIC    0x52485344u /* "DSHR" */
+#define DSOCK_SHM_VERSION  1
+#define DSOCK_SHM_HDR      4096u
+#define DSOCK_RING_MIN     (4u << 10)
+#define DSOCK_RING_MAX     (64u << 20)
+#define DSOCK_RING_DEFAULT (256u << 10)
+#define DSOCK_SWITCH_NONE  UINT64_MAX
+#define DSOCK_CL 64
+
+enum { DSOCK_ATT_NONE = 0, DSOCK_ATT_ATTACHED = 1, DSOCK_ATT_REFUSED = 2 };
+
+/* Written by its own side only. */
+struct dsock_shm_side {
+	uint32_t attached;    /* DSOCK_ATT_* */
+	uint32_t rx_switched; /* 1: every kernel byte this side receives is a token */
+	uint64_t switch_off;  /* kernel data bytes this side sent before its
+			       * sending moved to the ring; DSOCK_SWITCH_NONE before */
+	uint32_t closing;     /* hint: this side closed or shut down writing */
+	uint8_t pad[DSOCK_CL - 20];
+} __attribute__((aligned(DSOCK_CL)));
+
+/* Ring r carries data from side r to side 1 - r. */
+struct dsock_shm_ring {
+	/* producer's line */
+	uint64_t tail;        /* bytes ever written */
+	uint32_t tx_waiting;  /* producer sleeps for space: consumer wakes it */
+	uint32_t tx_lock;     /* tid holding the producer side (threads, fork) */
+	uint8_t pad0[DSOCK_CL - 16];
+	/* consumer's line */
+	uint64_t head;        /* bytes ever read */
+	uint64_t hot_until;   /* consumer polls until this CLOCK_MONOTONIC ns:
+			       * no token needed before then */
+	uint32_t rx_lock;
+	uint8_t pad1[DSOCK_CL - 20];
+	/* shared line: set by the producer, cleared by the consumer */
+	uint32_t token;       /* a wake-up byte is in the consumer's kernel socket */
+	uint32_t space_seq;   /* futex word: bumped when the consumer frees space */
+	uint32_t space_token; /* a space wake-up byte is in the producer's socket */
+	uint8_t pad2[DSOCK_CL - 12];
+} __attribute__((aligned(DSOCK_CL)));
+
+struct dsock_shm_hdr {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t ring_size;
+	uint32_t data_off;
+	uint8_t pad[DSOCK_CL - 16];
+	struct dsock_shm_side side[2];
+	struct dsock_shm_ring ring[2];
+};
+
+_Static_assert(sizeof(struct dsock_shm_hdr) <= DSOCK_SHM_HDR, "header fits its page");
+
+#endif

@@ -1,0 +1,34 @@
+/* Pairing: proving that two offered kernel sockets are the two ends of one
+ * TCP connection, and giving both (and only them) the connection's memory. */
+#ifndef DSOCKD_PAIRING_H
+#define DSOCKD_PAIRING_H
+
+#include "common/proto.h"
+
+#include <stdint.h>
+#include <sys/types.h>
+
+struct dd_proc;
+
+/* Who to answer: the client slot, checked against its generation. */
+struct dd_reply_to {
+	uint32_t slot;
+	uint64_t gen;
+	struct dd_proc *proc;
+};
+
+/* Sends a RESULT (with memfd when >= 0) to the offer's owner; provided by
+ * the server.  Returns 0 or -errno. */
+int dd_send_result(const struct dd_reply_to *to, const struct dsock_msg_result *r, int memfd);
+
+void dd_pairing_config(uint32_t ring_size);
+/* Handles an OFFER with its socket fd (always closed here). */
+void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer *m, int fd);
+/* Forgets the offers of a process that left. */
+void dd_pairing_forget(const struct dd_proc *p);
+/* Expires offers; returns ms until the next expiry, or -1 when none. */
+int dd_pairing_tick(void);
+/* Counters for stat. */
+void dd_pairing_stats(unsigned long *paired, unsigned long *kernel, unsigned long *pending);
+
+#endif

@@ -1,0 +1,363 @@
+#include "lib/sock/ready.h"
+#include "lib/sock/sock.h"
+#include "lib/interpose/real.h"
+#include "lib/core/sysret.h"
+#include "lib/transport/transport.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+_Atomic long dsock_hidden_readable;
+_Atomic long dsock_fastpath_conns;
+
+void dsock_hidden_set(int *flag, int on)
+{
+	if (*flag == on)
+		return;
+	*flag = on;
+	atomic_fetch_add(&dsock_hidden_readable, on ? 1 : -1);
+}
+
+/* 1 if fd's data is readable but the kernel may not say so. */
+static int hidden(int fd)
+{
+	struct dsock_sock *s = dsock_fdt_peek(fd);
+	const struct dsock_transport *tp;
+	int r = 0;
+
+	if (!s || !(tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE)) || !tp->hidden_readable)
+		return 0;
+	if ((s = dsock_fdt_get(fd))) {
+		r = s->tp && s->tp->hidden_readable(s);
+		dsock_sock_put(s);
+	}
+	return r;
+}
+
+/* ---- epoll membership ------------------------------------------------ */
+struct member {
+	int epfd, fd;
+	unsigned events;
+	uint64_t data;
+	int disarmed; /* EPOLLONESHOT reported by us */
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct member *members;
+static size_t nmembers, cap;
+
+/* The fd an epoll event is about: members by (epfd, data).  -1 when none,
+ * or when two members of the set share the data (then we cannot tell). */
+static int member_fd(int epfd, uint64_t data)
+{
+	int fd = -1;
+
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nmembers; i++) {
+		if (members[i].epfd != epfd || members[i].data != data)
+			continue;
+		if (fd >= 0) {
+			fd = -1;
+			break;
+		}
+		fd = members[i].fd;
+	}
+	pthread_mutex_unlock(&mu);
+	return fd;
+}
+
+/* 1 if the kernel's IN on fd is only wake-up tokens (now drained). */
+static int spurious_in(int fd)
+{
+	struct dsock_sock *s = fd >= 0 ? dsock_fdt_peek(fd) : NULL;
+	int r = 0;
+
+	if (!s || !__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE))
+		return 0;
+	if ((s = dsock_fdt_get(fd))) {
+		r = s->tp && s->tp->spurious_in && s->tp->spurious_in(s, fd);
+		dsock_sock_put(s);
+	}
+	return r;
+}
+
+void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev)
+{
+	struct dsock_sock *s = dsock_fdt_peek(fd);
+
+	/* only sockets a transport may own, and epoll sets (nesting) */
+	if (op == EPOLL_CTL_ADD && !s && !dsock_fdt_peek(epfd))
+		return;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nmembers; i++) {
+		if (members[i].epfd != epfd || members[i].fd != fd)
+			continue;
+		if (op == EPOLL_CTL_DEL) {
+			members[i] = members[--nmembers];
+		} else if (ev) {
+			members[i].events = ev->events;
+			members[i].data = ev->data.u64;
+			members[i].disarmed = 0;
+		}
+		pthread_mutex_unlock(&mu);
+		return;
+	}
+	if (op == EPOLL_CTL_ADD && ev) {
+		if (nmembers == cap) {
+			size_t ncap = cap ? cap * 2 : 64;
+			struct member *m = realloc(members, ncap * sizeof(*m));
+			if (!m)
+				goto out;
+			members = m;
+			cap = ncap;
+		}
+		members[nmembers++] = (struct member){ epfd, fd, ev->events, ev->data.u64, 0 };
+	}
+out:
+	pthread_mutex_unlock(&mu);
+}
+
+void dsock_epoll_forget_fd(int fd)
+{
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nmembers;) {
+		if (members[i].fd == fd || members[i].epfd == fd)
+			members[i] = members[--nmembers];
+		else
+			i++;
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+/* Hidden-readable members of epfd (one level of nesting), as events. */
+static int hidden_events(int epfd, struct epoll_event *out, int max, int depth)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nmembers && n < max; i++) {
+		struct member *m = &members[i];
+		struct epoll_event tmp;
+		if (m->epfd != epfd || m->disarmed || !(m->events & EPOLLIN))
+			continue;
+		if (!hidden(m->fd)) {
+			int inner = 0;
+			if (depth == 0) {
+				pthread_mutex_unlock(&mu);
+				inner = hidden_events(m->fd, &tmp, 1, 1);
+				pthread_mutex_lock(&mu);
+				if (i >= nmembers || members[i].fd != m->fd)
+					continue;
+			}
+			if (!inner)
+				continue;
+		}
+		out[n].events = EPOLLIN;
+		out[n].data.u64 = m->data;
+		if (m->events & EPOLLONESHOT)
+			m->disarmed = 1;
+		n++;
+	}
+	pthread_mutex_unlock(&mu);
+	return n;
+}
+
+int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
+		      const struct timespec *t, const sigset_t *m, int kind)
+{
+	int n, extra;
+	struct epoll_event hid[64];
+
+	if (max > 0 && atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0 &&
+	    (extra = hidden_events(epfd, hid, max < 64 ? max : 64, 0)) > 0) {
+		n = dsock_real.epoll_wait(epfd, ev, max, 0);
+		if (n < 0)
+			return -errno;
+		for (int i = 0; i < extra; i++) {
+			int j;
+			for (j = 0; j < n && ev[j].data.u64 != hid[i].data.u64; j++)
+				;
+			if (j < n)
+				ev[j].events |= EPOLLIN;
+			else if (n < max)
+				ev[n++] = hid[i];
+		}
+		return n;
+	}
+	for (;;) {
+		if (kind == DSOCK_EPW_PWAIT2)
+			n = dsock_real.epoll_pwait2(epfd, ev, max, t, m);
+		else if (kind == DSOCK_EPW_PWAIT)
+			n = dsock_real.epoll_pwait(epfd, ev, max, timeout_ms, m);
+		else
+			n = dsock_real.epoll_wait(epfd, ev, max, timeout_ms);
+		if (n <= 0 || atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) == 0)
+			return n < 0 ? -errno : n;
+		/* a token that outlived its data must not be reported */
+		int kept = 0;
+		for (int i = 0; i < n; i++) {
+			if ((ev[i].events & EPOLLIN) && spurious_in(member_fd(epfd, ev[i].data.u64))) {
+				ev[i].events &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
+				if (!ev[i].events)
+					continue;
+			}
+			ev[kept++] = ev[i];
+		}
+		/* all spurious: wait again (a slightly longer wait overall, never
+		 * an early return the kernel would not give) */
+		if (kept || timeout_ms == 0 || (kind == DSOCK_EPW_PWAIT2 && t && !t->tv_sec && !t->tv_nsec))
+			return kept;
+	}
+}
+
+/* ---- poll and select ------------------------------------------------- */
+/* What a transport says about fd: 1 hidden readable, 2 not writable. */
+static int transport_view(int fd, short events)
+{
+	struct dsock_sock *s = dsock_fdt_peek(fd);
+	const struct dsock_transport *tp;
+	int v = 0;
+
+	if (!s || !(tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE)))
+		return 0;
+	if (!(s = dsock_fdt_get(fd)))
+		return 0;
+	if (s->tp) {
+		if ((events & (POLLIN | POLLRDNORM)) && s->tp->hidden_readable && s->tp->hidden_readable(s))
+			v |= 1;
+		if ((events & (POLLOUT | POLLWRNORM)) && s->tp->writable && !s->tp->writable(s)) {
+			v |= 2;
+			if (s->tp->want_space)
+				s->tp->want_space(s);
+		}
+	}
+	dsock_sock_put(s);
+	return v;
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, const sigset_t *m, int is_ppoll,
+		     int timeout_ms)
+{
+	int any = 0;
+	int64_t end;
+
+	if (atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) > 0 ||
+	    atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0)
+		for (nfds_t i = 0; i < n && !any; i++) {
+			struct dsock_sock *s = fds[i].fd >= 0 ? dsock_fdt_peek(fds[i].fd) : NULL;
+			any = s && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
+		}
+	if (!any)
+		return (int)SYSRET(is_ppoll ? dsock_real.ppoll(fds, n, t, m) : dsock_real.poll(fds, n, timeout_ms));
+	if (is_ppoll)
+		timeout_ms = t ? (int)(t->tv_sec * 1000 + t->tv_nsec / 1000000) : -1;
+	end = timeout_ms < 0 ? INT64_MAX : mono_ms() + timeout_ms;
+	for (;;) {
+		struct pollfd k[n ? n : 1];
+		int view[n ? n : 1], hidden_in = 0, r, ready = 0;
+		int64_t left;
+
+		for (nfds_t i = 0; i < n; i++) {
+			k[i] = fds[i];
+			view[i] = fds[i].fd >= 0 ? transport_view(fds[i].fd, fds[i].events) : 0;
+			hidden_in |= view[i] & 1;
+			/* waiting for space: the consumer's token makes it readable */
+			if (view[i] & 2)
+				k[i].events = (short)((k[i].events & ~(POLLOUT | POLLWRNORM)) | POLLIN);
+		}
+		left = hidden_in ? 0 : end == INT64_MAX ? -1 : end - mono_ms();
+		if (left < -1)
+			left = 0;
+		if (is_ppoll) {
+			struct timespec ts = { left / 1000, (left % 1000) * 1000000 };
+			r = dsock_real.ppoll(k, n, left < 0 ? NULL : &ts, m);
+		} else {
+			r = dsock_real.poll(k, n, (int)left);
+		}
+		if (r < 0)
+			return -errno;
+		for (nfds_t i = 0; i < n; i++) {
+			short ev = k[i].revents;
+			if (view[i] & 2) {
+				/* our own IN; keep it only if asked for and there */
+				if (!(fds[i].events & POLLIN))
+					ev &= (short)~POLLIN;
+				if (!transport_view(fds[i].fd, fds[i].events & (POLLOUT | POLLWRNORM)))
+					ev |= (short)(fds[i].events & (POLLOUT | POLLWRNORM));
+			}
+			if (view[i] & 1)
+				ev |= (short)(fds[i].events & (POLLIN | POLLRDNORM));
+			else if ((ev & (POLLIN | POLLRDNORM)) && !(ev & (POLLHUP | POLLERR)) &&
+				 spurious_in(fds[i].fd))
+				ev &= (short)~(POLLIN | POLLRDNORM);
+			fds[i].revents = ev;
+			ready += ev != 0;
+		}
+		if (ready || (end != INT64_MAX && mono_ms() >= end) || hidden_in)
+			return ready;
+	}
+}
+
+int dsock_ready_select(int n, fd_set *rd, fd_set *w, fd_set *e, const struct timespec *t,
+		       const sigset_t *m, struct timeval *tv, int is_pselect)
+{
+	struct pollfd p[FD_SETSIZE];
+	int np = 0, r, count = 0;
+
+	if (n < 0 || n > FD_SETSIZE ||
+	    (atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) == 0 &&
+	     atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) == 0))
+		return (int)SYSRET(is_pselect ? dsock_real.pselect(n, rd, w, e, t, m)
+					      : dsock_real.select(n, rd, w, e, tv));
+	/* fast-path connections exist: select as poll, so both share the
+	 * readiness logic; same results, same errors */
+	for (int fd = 0; fd < n; fd++) {
+		short ev = (short)((rd && FD_ISSET(fd, rd) ? POLLIN : 0) |
+				   (w && FD_ISSET(fd, w) ? POLLOUT : 0) | (e && FD_ISSET(fd, e) ? POLLPRI : 0));
+		if (ev)
+			p[np++] = (struct pollfd){ .fd = fd, .events = ev };
+	}
+	if (is_pselect) {
+		r = dsock_ready_poll(p, (nfds_t)np, t, m, 1, 0);
+	} else {
+		int ms = tv ? (int)(tv->tv_sec * 1000 + (tv->tv_usec + 999) / 1000) : -1;
+		r = dsock_ready_poll(p, (nfds_t)np, NULL, NULL, 0, ms);
+		if (r >= 0 && tv && r == 0)
+			tv->tv_sec = tv->tv_usec = 0; /* Linux reports the time left */
+	}
+	if (r < 0)
+		return r;
+	for (int i = 0; i < np; i++)
+		if (p[i].revents & POLLNVAL)
+			return -EBADF;
+	if (rd) FD_ZERO(rd);
+	if (w) FD_ZERO(w);
+	if (e) FD_ZERO(e);
+	for (int i = 0; i < np; i++) {
+		short ev = p[i].revents;
+		if (rd && (p[i].events & POLLIN) && (ev & (POLLIN | POLLHUP | POLLERR))) {
+			FD_SET(p[i].fd, rd);
+			count++;
+		}
+		if (w && (p[i].events & POLLOUT) && (ev & (POLLOUT | POLLERR))) {
+			FD_SET(p[i].fd, w);
+			count++;
+		}
+		if (e && (p[i].events & POLLPRI) && (ev & POLLPRI)) {
+			FD_SET(p[i].fd, e);
+			count++;
+		}
+	}
+	return count;
+}

@@ -1,0 +1,37 @@
+/* Readiness for the pollers (poll, ppoll, select, pselect, epoll).
+ *
+ * The kernel socket is the doorbell of a fast-path connection, so the
+ * kernel's readiness is right except in one case: data left in a ring after
+ * a partial read while no token backs it ("hidden readable").  Such sockets
+ * are counted process-wide; while the count is zero every poller passes
+ * straight to the kernel.  Otherwise the poller asks the kernel without
+ * waiting and adds the hidden ones.  epoll needs to know which fds an epoll
+ * set holds: epoll_ctl on tracked sockets is recorded for that. */
+#ifndef DSOCK_READY_H
+#define DSOCK_READY_H
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+
+extern _Atomic long dsock_hidden_readable;
+/* Connections a transport carries now: pollers look closer while > 0. */
+extern _Atomic long dsock_fastpath_conns;
+
+void dsock_hidden_set(int *flag, int on);
+
+void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev);
+void dsock_epoll_forget_fd(int fd);
+
+/* Each returns a count or -errno, like the call it serves. */
+int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, const sigset_t *m, int is_ppoll,
+		     int timeout_ms);
+int dsock_ready_select(int n, fd_set *r, fd_set *w, fd_set *e, const struct timespec *t,
+		       const sigset_t *m, struct timeval *tv, int is_pselect);
+int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
+		      const struct timespec *t, const sigset_t *m, int kind);
+
+enum { DSOCK_EPW_WAIT, DSOCK_EPW_PWAIT, DSOCK_EPW_PWAIT2 };
+
+#endif

@@ -1,0 +1,501 @@
+/* Connection life of the shm transport: offer, pairing result, attach,
+ * fork and exec hand-over, release. */
+#include "lib/transport/shm/shm.h"
+#include "lib/core/ctl.h"
+#include "lib/core/proc.h"
+#include "lib/interpose/real.h"
+#include "lib/sock/ready.h"
+#include "common/log.h"
+#include "common/proto.h"
+#include "common/reason.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PENDING_GIVE_UP_MS 5000 /* the daemon always answers well before */
+
+static pthread_mutex_t pending_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct shm_conn *pending; /* connections waiting for a RESULT */
+
+int64_t shm_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int shm_active(const struct shm_conn *c)
+{
+	return c->state == SC_ATTACHED &&
+	       __atomic_load_n(&c->peer->attached, __ATOMIC_ACQUIRE) == DSOCK_ATT_ATTACHED;
+}
+
+static void unlink_pending(struct shm_conn *c)
+{
+	pthread_mutex_lock(&pending_mu);
+	for (struct shm_conn **pp = &pending; *pp; pp = &(*pp)->next) {
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&pending_mu);
+}
+
+void shm_to_kernel(struct dsock_sock *s, unsigned reason)
+{
+	struct shm_conn *c = shm_conn(s);
+
+	/* the state stays allocated until release: a racing caller that
+	 * still sees tp may read it; it now says "kernel" through tp == NULL */
+	s->reason = (uint16_t)reason;
+	__atomic_store_n(&s->tp, NULL, __ATOMIC_RELEASE);
+	if (c && (c->state == SC_PENDING || c->state == SC_OFFER_DUE))
+		unlink_pending(c);
+	if (c)
+		dsock_hidden_set(&c->unbacked, 0);
+	dsock_ctl_sock_event(s, 0 /* fd unknown here */, s->ev ? s->ev : DSOCK_EV_CONNECT);
+}
+
+/* Maps and checks a connection's memory.  Trusts only what it can verify:
+ * the fd is a memfd of exactly the size the ring needs, sealed against
+ * shrinking, and its header agrees. */
+static int map_conn(struct shm_conn *c, int memfd, int side, uint32_t size)
+{
+	size_t len = DSOCK_SHM_HDR + 2 * (size_t)size;
+	int seals = dsock_real.fcntl(memfd, F_GET_SEALS);
+	struct stat st;
+	struct dsock_shm_hdr *h;
+
+	if (size < DSOCK_RING_MIN || size > DSOCK_RING_MAX || (size & (size - 1)) || side > 1)
+		return -EINVAL;
+	if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(memfd, &st) < 0 ||
+	    (size_t)st.st_size != len)
+		return -EINVAL;
+	h = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (h == MAP_FAILED)
+		return -errno;
+	if (h->magic != DSOCK_SHM_MAGIC || h->version != DSOCK_SHM_VERSION ||
+	    h->ring_size != size || h->data_off != DSOCK_SHM_HDR) {
+		munmap(h, len);
+		return -EINVAL;
+	}
+	c->h = h;
+	c->map_len = len;
+	c->size = size;
+	c->side = side;
+	c->memfd = memfd;
+	c->me = &h->side[side];
+	c->peer = &h->side[1 - side];
+	c->tx = &h->ring[side];
+	c->rx = &h->ring[1 - side];
+	c->txd = (unsigned char *)h + DSOCK_SHM_HDR + (size_t)side * size;
+	c->rxd = (unsigned char *)h + DSOCK_SHM_HDR + (size_t)(1 - side) * size;
+	return 0;
+}
+
+/* Attaches a PAIRED result.  Must not run while a thread of ours is in a
+ * kernel read of this socket (it could read a token as data once the peer
+ * switches): then the result waits for the next call. */
+static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
+{
+	struct shm_conn *c = shm_conn(s);
+	int r;
+
+	/* Dekker with the readers (data.c): we announce, then look; a reader
+	 * counts itself, then looks.  seq_cst: one of us sees the other. */
+	atomic_store(&c->attaching, 1);
+	if (atomic_load(&c->kernel_rx_inflight) > 0) {
+		atomic_store(&c->attaching, 0);
+		c->delayed_memfd = memfd;
+		c->delayed_side = side;
+		c->delayed_size = size;
+		return;
+	}
+	c->delayed_memfd = -1;
+	pthread_mutex_lock(&c->mu); /* no PENDING-state send in flight */
+	r = map_conn(c, memfd, side, size);
+	if (r) {
+		pthread_mutex_unlock(&c->mu);
+		dsock_real.close(memfd);
+		DSOCK_WARN("unusable connection memory from the daemon (%s)", strerror(-r));
+		atomic_store(&c->attaching, 0);
+		shm_to_kernel(s, DSOCK_R_FAULT);
+		return;
+	}
+	if (c->refuse) {
+		__atomic_store_n(&c->me->attached, DSOCK_ATT_REFUSED, __ATOMIC_RELEASE);
+		pthread_mutex_unlock(&c->mu);
+		atomic_store(&c->attaching, 0);
+		shm_to_kernel(s, DSOCK_R_FORKED);
+		return;
+	}
+	DSOCK_DBG("sock %llu attached as side %d, ring %u bytes", (unsigned long long)s->id, side, size);
+	if (c->wr_shut) /* shut down while pending: never switch to the ring */
+		__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
+	/* seq_cst: the peer switches only after it sees this */
+	__atomic_store_n(&c->me->attached, DSOCK_ATT_ATTACHED, __ATOMIC_SEQ_CST);
+	c->state = SC_ATTACHED;
+	atomic_fetch_add(&dsock_fastpath_conns, 1);
+	atomic_store(&c->attaching, 0);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void on_result(const struct dsock_msg_result *r, int memfd)
+{
+	struct shm_conn *c;
+
+	pthread_mutex_lock(&pending_mu);
+	for (c = pending; c && c->sock->id != r->sock_id; c = c->next)
+		;
+	if (c)
+		c->offer_done = 1;
+	if (c && r->result == DSOCK_RES_HELD) {
+		pthread_mutex_unlock(&pending_mu);
+		return; /* still pending; only the close waits for this */
+	}
+	if (c) {
+		/* unlinked now: it leaves PENDING either way */
+		for (struct shm_conn **pp = &pending; *pp; pp = &(*pp)->next)
+			if (*pp == c) {
+				*pp = c->next;
+				break;
+			}
+		dsock_sock_hold(c->sock);
+	}
+	pthread_mutex_unlock(&pending_mu);
+	DSOCK_DBG("result for sock %llu: %s (side %u, reason %s)%s", (unsigned long long)r->sock_id,
+		  r->result == DSOCK_RES_PAIRED ? "paired" : "kernel", r->side, dsock_reason_name(r->reason),
+		  c ? "" : " - no such pending socket");
+	if (!c) { /* closed meanwhile: nothing to attach */
+		if (memfd >= 0)
+			dsock_real.close(memfd);
+		return;
+	}
+	if (r->result == DSOCK_RES_PAIRED) {
+		attach(c->sock, memfd, (int)r->side, r->ring_size);
+	} else {
+		shm_to_kernel(c->sock, r->reason);
+	}
+	dsock_sock_put(c->sock);
+}
+
+int dsock_shm_init(void)
+{
+	const char *on = getenv("DSOCK_FASTPATH");
+
+	if (on && !strcmp(on, "0"))
+		return 0; /* DSOCK_FASTPATH=0: every connection stays on the kernel */
+	dsock_ctl_set_result_handler(on_result);
+	return dsock_transport_register(&dsock_shm_transport);
+}
+
+static struct shm_conn *new_conn(struct dsock_sock *s)
+{
+	struct shm_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->memfd = -1;
+	c->delayed_memfd = -1;
+	c->kfd = -1;
+	c->sock = s;
+	pthread_mutex_init(&c->mu, NULL);
+	return c;
+}
+
+static int send_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
+{
+	struct shm_conn *c = shm_conn(s);
+	int r;
+
+	c->state = SC_PENDING;
+	c->pending_since_ms = shm_now_ns() / 1000000;
+	pthread_mutex_lock(&pending_mu);
+	c->next = pending;
+	pending = c;
+	pthread_mutex_unlock(&pending_mu);
+	r = dsock_ctl_offer(s, fd, (unsigned)role);
+	if (r) {
+		unlink_pending(c);
+		*reason = DSOCK_R_NO_DAEMON;
+		return r;
+	}
+	*reason = DSOCK_R_PENDING;
+	return 0;
+}
+
+int shm_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
+{
+	struct shm_conn *c;
+
+	if (!dsock_proc.enabled)
+		return -ENOTSUP;
+	c = new_conn(s);
+	if (!c) {
+		*reason = DSOCK_R_RESOURCE;
+		return -ENOMEM;
+	}
+	s->tp_priv = c;
+	if (s->state == DSOCK_ST_CONNECTING) {
+		/* nonblocking connect: the first call after it completes offers */
+		c->state = SC_OFFER_DUE;
+		pthread_mutex_lock(&pending_mu);
+		c->next = pending;
+		pending = c;
+		pthread_mutex_unlock(&pending_mu);
+		*reason = DSOCK_R_PENDING;
+		return 0;
+	}
+	if (shm_calibrate(c, fd) || send_offer(s, fd, role, reason)) {
+		s->tp_priv = NULL;
+		free(c);
+		return -ENOTSUP;
+	}
+	return 0;
+}
+
+int shm_progress(struct dsock_sock *s, int fd)
+{
+	struct shm_conn *c = shm_conn(s);
+	unsigned reason;
+
+	if (c->state == SC_OFFER_DUE) {
+		int err = 0;
+		socklen_t l = sizeof(err);
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		if (dsock_real.getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0 || err) {
+			/* keep the error for the application to read */
+			if (err)
+				dsock_real.setsockopt(fd, SOL_SOCKET, SO_ERROR, &err, l);
+			shm_to_kernel(s, DSOCK_R_NOT_ESTABLISHED);
+			return 0;
+		}
+		if (dsock_real.getpeername(fd, (struct sockaddr *)&ss, &sl) < 0)
+			return 0; /* still connecting */
+		s->state = DSOCK_ST_CONNECTED;
+		unlink_pending(c);
+		if (c->refuse || shm_calibrate(c, fd) || send_offer(s, fd, DSOCK_ROLE_CONNECT, &reason)) {
+			shm_to_kernel(s, c->refuse ? DSOCK_R_FORKED : DSOCK_R_NO_DAEMON);
+			return 0;
+		}
+	}
+	if (c->state == SC_PENDING) {
+		dsock_ctl_poll_mail();
+		if (c->state == SC_PENDING &&
+		    shm_now_ns() / 1000000 - c->pending_since_ms > PENDING_GIVE_UP_MS) {
+			dsock_ctl_read_mail();
+			if (c->state == SC_PENDING)
+				shm_to_kernel(s, DSOCK_R_PEER_TIMEOUT);
+		}
+	}
+	if (c->delayed_memfd >= 0 && atomic_load(&c->kernel_rx_inflight) == 0)
+		attach(s, c->delayed_memfd, c->delayed_side, c->delayed_size);
+	if (c->state == SC_ATTACHED && !c->reported && shm_active(c)) {
+		c->reported = 1;
+		s->reason = DSOCK_R_NONE;
+		dsock_ctl_sock_event(s, fd, s->ev ? s->ev : DSOCK_EV_CONNECT);
+	}
+	return c->state == SC_ATTACHED && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
+}
+
+void shm_release(struct dsock_sock *s)
+{
+	struct shm_conn *c = shm_conn(s);
+
+	if (!c)
+		return;
+	if (c->state == SC_PENDING || c->state == SC_OFFER_DUE)
+		unlink_pending(c);
+	dsock_hidden_set(&c->unbacked, 0);
+	if (c->state == SC_ATTACHED)
+		atomic_fetch_sub(&dsock_fastpath_conns, 1);
+	if (c->h) {
+		if (c->me->attached != DSOCK_ATT_ATTACHED)
+			__atomic_store_n(&c->me->attached, DSOCK_ATT_REFUSED, __ATOMIC_RELEASE);
+		munmap(c->h, c->map_len);
+	}
+	if (c->memfd >= 0)
+		dsock_real.close(c->memfd);
+	if (c->kfd >= 0)
+		dsock_real.close(c->kfd); /* the socket's last reference: FIN now */
+	if (c->delayed_memfd >= 0)
+		dsock_real.close(c->delayed_memfd);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+	s->tp_priv = NULL;
+}
+
+int shm_fault(struct dsock_sock *s, int fd, const char *what)
+{
+	struct linger lg = { 1, 0 };
+
+	DSOCK_WARN("connection on fd %d reset: shared memory %s (a corrupt or hostile peer)", fd, what);
+	/* the application sees ECONNRESET; the peer gets a kernel RST */
+	dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	dsock_real.shutdown(fd, SHUT_RDWR);
+	shm_to_kernel(s, DSOCK_R_FAULT);
+	return -ECONNRESET;
+}
+
+/* ---- fork ------------------------------------------------------------------ */
+void dsock_shm_fork_prepare(void)
+{
+	/* held across the fork: no offer slips in between */
+	pthread_mutex_lock(&pending_mu);
+	for (struct shm_conn *c = pending; c; c = c->next)
+		c->refuse = 1;
+}
+
+void dsock_shm_fork_parent(void)
+{
+	pthread_mutex_unlock(&pending_mu);
+}
+
+void dsock_shm_fork_child(void)
+{
+	struct shm_conn *list = pending;
+
+	pthread_mutex_init(&pending_mu, NULL);
+	pending = NULL;
+	/* the answers go to the parent: here these stay on the kernel */
+	for (struct shm_conn *c = list, *next; c; c = next) {
+		next = c->next;
+		c->state = SC_PENDING;
+		__atomic_store_n(&c->sock->tp, NULL, __ATOMIC_RELEASE);
+		c->sock->reason = DSOCK_R_FORKED;
+	}
+}
+
+/* ---- exec ------------------------------------------------------------------ */
+struct exec_walk {
+	char *buf;
+	size_t n, used;
+	int restore;
+};
+
+static void exec_one(int fd, struct dsock_sock *s, void *arg)
+{
+	struct exec_walk *w = arg;
+	struct shm_conn *c;
+	int fl;
+
+	if (__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) != &dsock_shm_transport || !(c = shm_conn(s)))
+		return;
+	if (c->state != SC_ATTACHED) {
+		c->refuse = 1; /* the new program will not hear the answer */
+		return;
+	}
+	if (w->restore) {
+		dsock_real.fcntl(c->memfd, F_SETFD, FD_CLOEXEC);
+		return;
+	}
+	fl = dsock_real.fcntl(fd, F_GETFD);
+	if (fl < 0 || (fl & FD_CLOEXEC))
+		return;
+	int len = snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%d:%u:%lld:%lld", w->used ? "," : "",
+			   fd, c->memfd, c->side, c->size, (long long)c->tx_base, (long long)c->rx_base);
+	if (len < 0 || (size_t)len >= w->n - w->used)
+		return;
+	dsock_real.fcntl(c->memfd, F_SETFD, 0); /* survives the exec */
+	w->used += (size_t)len;
+}
+
+size_t dsock_shm_exec_env(char *buf, size_t n)
+{
+	static const char name[] = "DSOCK_SHM_FDS=";
+	struct exec_walk w = { buf + sizeof(name) - 1, n - (sizeof(name) - 1), 0, 0 };
+
+	if (n <= sizeof(name))
+		return 0;
+	dsock_fdt_walk(exec_one, &w);
+	if (!w.used)
+		return 0;
+	memcpy(buf, name, sizeof(name) - 1);
+	return sizeof(name) - 1 + w.used;
+}
+
+void dsock_shm_exec_failed(void)
+{
+	struct exec_walk w = { NULL, 0, 0, 1 };
+	dsock_fdt_walk(exec_one, &w);
+}
+
+/* In the new program: take back the connections the old one handed over. */
+void dsock_shm_adopt_inherited(void)
+{
+	const char *env = getenv("DSOCK_SHM_FDS");
+	char copy[1024];
+
+	if (!env)
+		return;
+	snprintf(copy, sizeof(copy), "%s", env);
+	unsetenv("DSOCK_SHM_FDS");
+	for (char *save, *e = strtok_r(copy, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+		int fd, memfd, side;
+		unsigned size;
+		long long txb, rxb;
+		struct dsock_sock *s;
+		struct shm_conn *c;
+
+		if (sscanf(e, "%d:%d:%d:%u:%lld:%lld", &fd, &memfd, &side, &size, &txb, &rxb) != 6)
+			continue;
+		dsock_real.fcntl(memfd, F_SETFD, FD_CLOEXEC);
+		s = dsock_fdt_get(fd);
+		if (!s || s->tp || !(c = new_conn(s))) {
+			if (s)
+				dsock_sock_put(s);
+			dsock_real.close(memfd);
+			continue;
+		}
+		if (map_conn(c, memfd, side, size)) {
+			free(c);
+			dsock_real.close(memfd);
+			dsock_sock_put(s);
+			continue;
+		}
+		c->state = SC_ATTACHED;
+		atomic_fetch_add(&dsock_fastpath_conns, 1);
+		c->reported = 1;
+		c->tx_base = txb;
+		c->rx_base = rxb;
+		s->tp_priv = c;
+		s->reason = DSOCK_R_NONE;
+		s->state = DSOCK_ST_CONNECTED;
+		__atomic_store_n(&s->tp, &dsock_shm_transport, __ATOMIC_RELEASE);
+		dsock_sock_put(s);
+	}
+}
+
+/* Called before the kernel close of a PENDING socket: wait (briefly) until
+ * the daemon has let go of its copy, so the close is the last reference. */
+void shm_wait_offer_done(struct dsock_sock *s)
+{
+	struct shm_conn *c = shm_conn(s);
+	int64_t end = shm_now_ns() + 200 * 1000000LL;
+
+	while (c->state == SC_PENDING && !c->offer_done && shm_now_ns() < end) {
+		struct pollfd p = { .fd = dsock_ctl_fd(), .events = POLLIN };
+		dsock_ctl_read_mail();
+		if (c->offer_done || p.fd < 0)
+			break;
+		dsock_real.poll(&p, 1, 5);
+	}
+}
+
+void shm_before_close(struct dsock_sock *s, int fd)
+{
+	struct shm_conn *c = shm_conn(s);
+
+	if (c && atomic_load(&c->inflight) > 0 && c->kfd < 0)
+		atomic_store(&c->kfd, dsock_real.fcntl(fd, F_DUPFD_CLOEXEC, 3));
+}

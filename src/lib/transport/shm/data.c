@@ -1,0 +1,822 @@
+/* Data on the shm transport: send and receive through the rings, the
+ * kernel-to-ring switch, wake-up tokens, spinning and sleeping. */
+#include "lib/transport/shm/shm.h"
+#include "lib/interpose/real.h"
+#include "lib/sock/ready.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <linux/tcp.h> /* the kernel's tcp_info: byte counters */
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define SPIN_NS 50000 /* poll the ring this long before sleeping */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static int my_tid(void)
+{
+	static __thread int tid;
+	if (!tid)
+		tid = (int)syscall(SYS_gettid);
+	return tid;
+}
+
+/* A lock word in shared memory, held by a thread id; a holder that died is
+ * detected and its lock taken over.  Bounded: a lock a hostile peer holds
+ * forever faults the connection instead of hanging us. */
+static int lock_shared(uint32_t *w)
+{
+	uint32_t me = (uint32_t)my_tid(), cur;
+
+	for (long i = 0;; i++) {
+		cur = 0;
+		if (__atomic_compare_exchange_n(w, &cur, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			return 0;
+		if (cur == me)
+			return -EDEADLK; /* a signal handler re-entered us */
+		if ((i & 1023) == 1023) {
+			if (cur > (uint32_t)INT_MAX || (kill((pid_t)cur, 0) < 0 && errno == ESRCH)) {
+				__atomic_compare_exchange_n(w, &cur, 0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+				continue;
+			}
+			if (i > (1L << 24))
+				return -EDEADLK;
+			sched_yield();
+		}
+		cpu_relax();
+	}
+}
+
+static void unlock_shared(uint32_t *w)
+{
+	__atomic_store_n(w, 0, __ATOMIC_RELEASE);
+}
+
+static size_t iov_total(const struct msghdr *m)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < m->msg_iovlen; i++)
+		n += m->msg_iov[i].iov_len;
+	return n;
+}
+
+/* TCP states (include/net/tcp_states.h; not in the uapi headers) */
+enum { ST_FIN_WAIT1 = 4, ST_FIN_WAIT2 = 5, ST_TIME_WAIT = 6, ST_CLOSE_WAIT = 8,
+       ST_LAST_ACK = 9, ST_CLOSING = 11 };
+
+/* ---- the kernel's byte counters (shared by every process holding it) ----
+ * Each is a counter from TCP_INFO combined with a queue length: read the
+ * queue on both sides of the counter and retry until they agree, or an ACK
+ * or a segment landing between the two calls would skew the sum (and with
+ * it the switch offset) by a few bytes. */
+static int64_t kernel_sum(int fd, int sent)
+{
+	for (int i = 0; i < 1000; i++) {
+		struct tcp_info ti;
+		socklen_t l = sizeof(ti);
+		int q1 = 0, q2 = 0;
+		unsigned long req = sent ? SIOCOUTQ : SIOCINQ;
+
+		if (dsock_real.ioctl(fd, req, &q1) < 0 ||
+		    dsock_real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0 ||
+		    dsock_real.ioctl(fd, req, &q2) < 0)
+			return -1;
+		if (q1 != q2)
+			continue;
+		/* a FIN takes a sequence number: the counters include it once it
+		 * is sent (ours) or received (the peer's); the queues do not */
+		int st = ti.tcpi_state;
+		if (sent)
+			return (int64_t)ti.tcpi_bytes_acked + q1 -
+			       (st == ST_FIN_WAIT1 || st == ST_FIN_WAIT2 || st == ST_CLOSING ||
+				st == ST_TIME_WAIT || st == ST_LAST_ACK);
+		return (int64_t)ti.tcpi_bytes_received - q1 -
+		       (st == ST_CLOSE_WAIT || st == ST_LAST_ACK || st == ST_CLOSING || st == ST_TIME_WAIT);
+	}
+	return -1;
+}
+
+/* Data bytes ever written to the kernel socket (plus the baseline). */
+static int64_t kernel_sent(int fd)
+{
+	return kernel_sum(fd, 1);
+}
+
+/* Data bytes ever read from the kernel socket (plus the baseline). */
+static int64_t kernel_consumed(int fd)
+{
+	return kernel_sum(fd, 0);
+}
+
+int shm_calibrate(struct shm_conn *c, int fd)
+{
+	c->tx_base = kernel_sent(fd);
+	c->rx_base = kernel_consumed(fd);
+	return c->tx_base < 0 || c->rx_base < 0 ? -EINVAL : 0;
+}
+
+/* ---- ring indices: checked on every read -------------------------------- */
+/* Bytes readable in the rx ring, or -1 if the peer broke the rules. */
+static int64_t rx_avail(struct shm_conn *c, uint64_t *head)
+{
+	uint64_t h = __atomic_load_n(&c->rx->head, __ATOMIC_RELAXED);
+	uint64_t t = __atomic_load_n(&c->rx->tail, __ATOMIC_ACQUIRE); /* data before tail */
+
+	*head = h;
+	return t - h <= c->size ? (int64_t)(t - h) : -1;
+}
+
+/* Bytes writable in the tx ring, or -1 if the peer broke the rules. */
+static int64_t tx_space(struct shm_conn *c, uint64_t *tail)
+{
+	uint64_t t = __atomic_load_n(&c->tx->tail, __ATOMIC_RELAXED);
+	uint64_t h = __atomic_load_n(&c->tx->head, __ATOMIC_ACQUIRE); /* reads done before head */
+
+	*tail = t;
+	return t - h <= c->size ? (int64_t)(c->size - (t - h)) : -1;
+}
+
+/* Copies n bytes between the ring at index idx and an iovec at offset off. */
+static void ring_copy(unsigned char *ring, uint32_t size, uint64_t idx, const struct msghdr *m,
+		      size_t off, size_t n, int to_ring)
+{
+	size_t i = 0;
+
+	while (i < m->msg_iovlen && off >= m->msg_iov[i].iov_len)
+		off -= m->msg_iov[i++].iov_len;
+	while (n && i < m->msg_iovlen) {
+		size_t chunk = m->msg_iov[i].iov_len - off;
+		unsigned char *p = (unsigned char *)m->msg_iov[i].iov_base + off;
+		if (chunk > n)
+			chunk = n;
+		for (size_t done = 0; done < chunk;) {
+			size_t pos = (size_t)((idx + done) & (size - 1));
+			size_t run = size - pos < chunk - done ? size - pos : chunk - done;
+			if (to_ring)
+				memcpy(ring + pos, p + done, run);
+			else
+				memcpy(p + done, ring + pos, run);
+			done += run;
+		}
+		idx += chunk;
+		n -= chunk;
+		off = 0;
+		i++;
+	}
+}
+
+/* ---- tokens --------------------------------------------------------------- */
+/* After publishing data: wake the consumer unless it is polling the ring.
+ * Every write gets its token then (not only the first): epoll's edge
+ * trigger reports each arrival, as the kernel does; a polling consumer
+ * costs nothing, a sleeping one about what a kernel send would. */
+static void ring_doorbell(struct shm_conn *c, int fd)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* orders tail before hot_until */
+	if ((int64_t)__atomic_load_n(&c->tx->hot_until, __ATOMIC_RELAXED) > shm_now_ns())
+		return;
+	__atomic_store_n(&c->tx->token, 1, __ATOMIC_SEQ_CST);
+	char t = 0;
+	dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* Moves our sending from the kernel to the ring (tx lock held, connection
+ * active): everything sent so far went by the kernel, from here on the
+ * ring; the receiver drains the kernel up to this offset first.  After it,
+ * and only after it, a byte we put on the kernel socket is a token. */
+static int switch_tx_locked(struct shm_conn *c, int fd)
+{
+	int64_t sent;
+
+	if (__atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) != DSOCK_SWITCH_NONE)
+		return 0;
+	if (__atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE))
+		return -EPIPE; /* shut down before switching: nothing more to send */
+	/* switch only when the kernel holds nothing unsent: while the peer's
+	 * window is full the kernel's backpressure (blocking, SO_SNDTIMEO,
+	 * EAGAIN) stays exactly as it was; the ring adds no capacity */
+	int unsent = 0;
+	if (dsock_real.ioctl(fd, SIOCOUTQNSD, &unsent) < 0 || unsent > 0)
+		return -EAGAIN;
+	sent = kernel_sent(fd) - c->tx_base;
+	if (sent < 0)
+		return -EPROTO;
+	/* from now on our kernel stream carries 1-byte tokens only: Nagle
+	 * would hold them behind delayed ACKs (40 ms).  The application's own
+	 * TCP_NODELAY is kept and answered separately (shm_sockopt). */
+	int one = 1, cur = 0;
+	socklen_t l = sizeof(cur);
+	if (!c->nodelay_saved) {
+		dsock_real.getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &cur, &l);
+		c->app_nodelay = cur;
+		c->nodelay_saved = 1;
+	}
+	dsock_real.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	__atomic_store_n(&c->me->switch_off, (uint64_t)sent, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+/* Wakes a producer waiting for space in our rx ring: a blocked send on the
+ * futex, a poller through a token on its kernel socket (which wakes poll,
+ * select and epoll; our pollers then look at the ring). */
+static void space_freed(struct shm_conn *c, int fd)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&c->rx->tx_waiting, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&c->rx->tx_waiting, 0, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&c->rx->space_seq, 1, __ATOMIC_SEQ_CST);
+		syscall(SYS_futex, &c->rx->space_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+		/* a token on our kernel stream is only a token once our own
+		 * sending has switched; switch it now if need be */
+		if (__atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE) {
+			if (lock_shared(&c->tx->tx_lock))
+				return;
+			int e = switch_tx_locked(c, fd);
+			unlock_shared(&c->tx->tx_lock);
+			if (e)
+				return;
+		}
+		__atomic_store_n(&c->rx->space_token, 1, __ATOMIC_SEQ_CST);
+		char t = 0;
+		dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+	}
+}
+
+/* Reads and discards tokens; returns 0, 1 on kernel EOF, or -errno. */
+static int drain_tokens(int fd)
+{
+	char buf[64];
+
+	for (;;) {
+		ssize_t n = dsock_real.recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n > 0)
+			continue;
+		if (n == 0)
+			return 1;
+		return errno == EAGAIN ? 0 : -errno;
+	}
+}
+
+static void hot(struct shm_conn *c, int64_t until)
+{
+	__atomic_store_n(&c->rx->hot_until, (uint64_t)until, __ATOMIC_SEQ_CST);
+}
+
+/* Leaving the consumer side: no longer polling; keep the readiness the
+ * kernel shows honest (a token backs every non-empty ring, or we note that
+ * none does).  Returns 1 on kernel EOF, -errno on a kernel error, else 0. */
+static int rx_settle(struct shm_conn *c, int fd)
+{
+	uint64_t head;
+	int64_t avail;
+	int k = 0;
+
+	hot(c, 0);
+	avail = rx_avail(c, &head);
+	if (avail == 0 && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) &&
+	    (__atomic_load_n(&c->rx->token, __ATOMIC_RELAXED) ||
+	     __atomic_load_n(&c->tx->space_token, __ATOMIC_RELAXED))) {
+		__atomic_store_n(&c->rx->token, 0, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&c->tx->space_token, 0, __ATOMIC_SEQ_CST);
+		k = drain_tokens(fd);
+		avail = rx_avail(c, &head);
+	}
+	dsock_hidden_set(&c->unbacked, avail > 0 && !__atomic_load_n(&c->rx->token, __ATOMIC_ACQUIRE));
+	return k;
+}
+
+_Atomic long dsock_shm_ring_conns;
+
+static void count_ring_use(struct shm_conn *c)
+{
+	if (!c->used_ring) {
+		c->used_ring = 1;
+		atomic_fetch_add(&dsock_shm_ring_conns, 1);
+	}
+}
+
+/* ---- send ----------------------------------------------------------------- */
+static int nonblocking(struct dsock_sock *s, int fd, int flags)
+{
+	if (flags & MSG_DONTWAIT)
+		return 1;
+	/* O_NONBLOCK may have been set in another process or by a raw call:
+	 * the kernel's file flags are the truth (asked only before blocking) */
+	return (dsock_real.fcntl(fd, F_GETFL) & O_NONBLOCK) != 0;
+}
+
+/* Blocks until the tx ring has space or the connection ends.  Returns 0 to
+ * retry, or -errno. */
+static int wait_space(struct shm_conn *c, int fd)
+{
+	uint32_t seq = __atomic_load_n(&c->tx->space_seq, __ATOMIC_ACQUIRE);
+	struct timespec slice = { 0, 5 * 1000 * 1000 };
+	uint64_t tail;
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+
+	__atomic_store_n(&c->tx->tx_waiting, 1, __ATOMIC_SEQ_CST);
+	if (tx_space(c, &tail) != 0)
+		return 0;
+	/* not FUTEX_PRIVATE: the word is shared with the other process */
+	if (syscall(SYS_futex, &c->tx->space_seq, FUTEX_WAIT, seq, &slice, NULL, 0) < 0 && errno == EINTR)
+		return -EINTR;
+	/* the consumer may be gone: the kernel socket says so */
+	if (dsock_real.poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP)))
+		return -EPIPE;
+	return 0;
+}
+
+/* The kernel's verdict for a send on a connection whose peer is closing:
+ * the token probes the peer, exactly as a kernel send would (SIGPIPE and
+ * EPIPE included, MSG_NOSIGNAL respected). */
+static int peer_closed_probe(int fd, int flags)
+{
+	char t = 0;
+	ssize_t r = dsock_real.send(fd, &t, 1, MSG_DONTWAIT | (flags & MSG_NOSIGNAL));
+	return r < 0 && errno != EAGAIN ? -errno : 0;
+}
+
+static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
+static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
+
+/* Every call counts itself in flight, and uses the private dup of the
+ * socket once the application has closed its fd. */
+ssize_t shm_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
+{
+	struct shm_conn *c = shm_conn(s);
+	ssize_t r;
+
+	atomic_fetch_add(&c->inflight, 1);
+	r = sendmsg_in(s, atomic_load(&c->kfd) >= 0 ? atomic_load(&c->kfd) : fd, m, flags);
+	atomic_fetch_sub(&c->inflight, 1);
+	return r;
+}
+
+ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
+{
+	struct shm_conn *c = shm_conn(s);
+	ssize_t r;
+
+	atomic_fetch_add(&c->inflight, 1);
+	r = recvmsg_in(s, fd, m, flags);
+	atomic_fetch_sub(&c->inflight, 1);
+	return r;
+}
+
+static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
+{
+	struct shm_conn *c = shm_conn(s);
+	size_t total = iov_total(m), done = 0;
+	int64_t deadline = 0;
+	ssize_t r;
+	int err = 0;
+
+	if (!shm_progress(s, fd) || c->state != SC_ATTACHED) {
+		/* PENDING (or gone to the kernel): the kernel carries it; the
+		 * mutex keeps an attach (and so a switch) out meanwhile */
+		pthread_mutex_lock(&c->mu);
+		r = dsock_real.sendmsg(fd, m, flags);
+		err = errno;
+		pthread_mutex_unlock(&c->mu);
+		return r < 0 ? -err : r;
+	}
+	if (lock_shared(&c->tx->tx_lock))
+		return shm_fault(s, fd, "lock held forever");
+	if (!shm_active(c)) {
+		/* attached, the peer not yet: kernel, under the lock a switch takes */
+		r = dsock_real.sendmsg(fd, m, flags);
+		err = errno;
+		unlock_shared(&c->tx->tx_lock);
+		return r < 0 ? -err : r;
+	}
+	unlock_shared(&c->tx->tx_lock);
+	/* an address on a connected TCP socket is ignored, as Linux does */
+	if (m->msg_iovlen > IOV_MAX)
+		return -EMSGSIZE;
+	if ((err = lock_shared(&c->tx->tx_lock)))
+		return shm_fault(s, fd, "lock held forever");
+	if ((err = switch_tx_locked(c, fd))) {
+		if (err == -EAGAIN || err == -EPIPE) {
+			/* not switched (kernel backpressure, or shut down): the
+			 * kernel answers, blocking, EPIPE and SIGPIPE included */
+			r = dsock_real.sendmsg(fd, m, flags);
+			err = errno;
+			unlock_shared(&c->tx->tx_lock);
+			return r < 0 ? -err : r;
+		}
+		goto out;
+	}
+	if (__atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE) && (err = peer_closed_probe(fd, flags)))
+		goto out;
+	/* after our own SHUT_WR, or once the peer closed: the kernel decides
+	 * (EPIPE, SIGPIPE unless MSG_NOSIGNAL), probed with a token */
+	if (__atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE) && (err = peer_closed_probe(fd, flags)))
+		goto out;
+	while (done < total) {
+		uint64_t tail;
+		int64_t space = tx_space(c, &tail);
+
+		if (space < 0) {
+			unlock_shared(&c->tx->tx_lock);
+			return shm_fault(s, fd, "tx indices out of range");
+		}
+		if (space == 0) {
+			if (done || nonblocking(s, fd, flags)) {
+				if (!done) {
+					err = -EAGAIN;
+					/* a poller will wait for space: ask for a token */
+					__atomic_store_n(&c->tx->tx_waiting, 1, __ATOMIC_SEQ_CST);
+				}
+				break;
+			}
+			unlock_shared(&c->tx->tx_lock);
+			if (!deadline) {
+				struct timeval tv = { 0, 0 };
+				socklen_t tl = sizeof(tv);
+				dsock_real.getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &tl);
+				deadline = tv.tv_sec || tv.tv_usec ?
+					shm_now_ns() + tv.tv_sec * 1000000000LL + tv.tv_usec * 1000LL : INT64_MAX;
+			}
+			err = shm_now_ns() >= deadline ? -EAGAIN : wait_space(c, fd);
+			if (err == -EPIPE)
+				err = peer_closed_probe(fd, flags) ?: -EPIPE;
+			if (lock_shared(&c->tx->tx_lock))
+				return shm_fault(s, fd, "lock held forever");
+			if (err)
+				break;
+			continue;
+		}
+		size_t n = total - done < (size_t)space ? total - done : (size_t)space;
+		ring_copy(c->txd, c->size, tail, m, done, n, 1);
+		/* release: the bytes are in the ring before the index says so */
+		__atomic_store_n(&c->tx->tail, tail + n, __ATOMIC_RELEASE);
+		done += n;
+		count_ring_use(c);
+		ring_doorbell(c, fd);
+	}
+out:
+	unlock_shared(&c->tx->tx_lock);
+	return done ? (ssize_t)done : err;
+}
+
+/* ---- receive -------------------------------------------------------------- */
+/* Pre-switch kernel data for a receiver: at most up to the peer's switch
+ * offset, so no token is ever taken for data.  The caller is hot (set
+ * before this reads switch_off: the peer sends tokens only after its switch
+ * and only to a consumer that is not hot).  Returns bytes, 0 on kernel EOF,
+ * -EAGAIN when there is none (rx_switched may have become 1), -errno. */
+static ssize_t rx_kernel(struct shm_conn *c, int fd, struct msghdr *m, size_t off, size_t want, int flags)
+{
+	uint64_t sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_SEQ_CST);
+	struct msghdr km = *m;
+	struct iovec iov[64];
+	size_t i = 0, cnt = 0, skip = off;
+	ssize_t r;
+
+	if (sw != DSOCK_SWITCH_NONE) {
+		int64_t got = kernel_consumed(fd) - c->rx_base;
+		if (got < 0)
+			return -EPROTO;
+		if ((uint64_t)got >= sw) {
+			__atomic_store_n(&c->me->rx_switched, 1, __ATOMIC_SEQ_CST);
+			return -EAGAIN;
+		}
+		if (want > sw - (uint64_t)got)
+			want = (size_t)(sw - (uint64_t)got);
+	}
+	/* the caller's iovec from off, at most want bytes */
+	while (i < m->msg_iovlen && skip >= m->msg_iov[i].iov_len)
+		skip -= m->msg_iov[i++].iov_len;
+	for (; i < m->msg_iovlen && cnt < 64 && want; i++, skip = 0) {
+		size_t len = m->msg_iov[i].iov_len - skip;
+		if (len > want)
+			len = want;
+		iov[cnt].iov_base = (char *)m->msg_iov[i].iov_base + skip;
+		iov[cnt++].iov_len = len;
+		want -= len;
+	}
+	km.msg_iov = iov;
+	km.msg_iovlen = cnt;
+	km.msg_name = NULL;
+	km.msg_namelen = 0;
+	km.msg_control = NULL;
+	km.msg_controllen = 0;
+	r = dsock_real.recvmsg(fd, &km, (flags & (MSG_PEEK)) | MSG_DONTWAIT);
+	if (r < 0)
+		return -errno;
+	if (r > 0 && sw == DSOCK_SWITCH_NONE &&
+	    (sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_SEQ_CST)) != DSOCK_SWITCH_NONE) {
+		/* the peer switched during the read: bytes past its offset are tokens */
+		int64_t after = kernel_consumed(fd) - c->rx_base;
+		if (after > (int64_t)sw)
+			r -= (ssize_t)((uint64_t)after - sw) < r ? (ssize_t)((uint64_t)after - sw) : r;
+		if (r == 0)
+			return -EAGAIN;
+	}
+	return r;
+}
+
+static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
+{
+	struct shm_conn *c;
+	size_t total = iov_total(m), got = 0;
+	int peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek;
+	int err = 0, eof = 0, nb = -1;
+	int64_t spin_end = 0, next_check = 0;
+
+	c = shm_conn(s);
+	while (!shm_progress(s, fd) || c->state != SC_ATTACHED) {
+		/* PENDING: the kernel carries it.  Count ourselves, then make
+		 * sure no attach is deciding (it would not see us); an attach
+		 * that sees us waits for the next call. */
+		ssize_t r;
+		atomic_fetch_add(&c->kernel_rx_inflight, 1);
+		if (atomic_load(&c->attaching) || (c->state == SC_ATTACHED && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE))) {
+			atomic_fetch_sub(&c->kernel_rx_inflight, 1);
+			while (atomic_load(&c->attaching))
+				sched_yield();
+			continue;
+		}
+		r = dsock_real.recvmsg(fd, m, flags);
+		err = errno;
+		atomic_fetch_sub(&c->kernel_rx_inflight, 1);
+		return r < 0 ? -err : r;
+	}
+	if (m->msg_iovlen > IOV_MAX)
+		return -EMSGSIZE;
+	if (lock_shared(&c->rx->rx_lock))
+		return shm_fault(s, fd, "lock held forever");
+	m->msg_flags = 0;
+	m->msg_namelen = 0;
+	m->msg_controllen = 0;
+	for (;;) {
+		uint64_t head;
+		int64_t avail;
+
+		if (atomic_load(&c->kfd) >= 0)
+			fd = atomic_load(&c->kfd);
+		hot(c, shm_now_ns() + SPIN_NS);
+		if (!__atomic_load_n(&c->me->rx_switched, __ATOMIC_SEQ_CST)) {
+			ssize_t r = total ? rx_kernel(c, fd, m, got, total - got, flags) : -EAGAIN;
+			if (r > 0) {
+				got += (size_t)r;
+				if (!waitall || got == total)
+					break;
+				continue;
+			}
+			if (r == 0) {
+				eof = 1;
+				break;
+			}
+			if (r != -EAGAIN) {
+				err = (int)r;
+				break;
+			}
+		}
+		avail = rx_avail(c, &head);
+		if (avail < 0) {
+			unlock_shared(&c->rx->rx_lock);
+			return shm_fault(s, fd, "rx indices out of range");
+		}
+		if (total == 0 && avail > 0)
+			break; /* a zero-length recv returns 0 once data is there */
+		if (avail > 0 && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
+			size_t n = total - got < (size_t)avail ? total - got : (size_t)avail;
+			ring_copy(c->rxd, c->size, head, m, got, n, 0);
+			got += n;
+			count_ring_use(c);
+			if (!peek) {
+				/* release: we are done reading before the space is reused */
+				__atomic_store_n(&c->rx->head, head + n, __ATOMIC_RELEASE);
+				space_freed(c, fd);
+			}
+			if (!waitall || got == total || peek)
+				break;
+			continue;
+		}
+		if (got && !waitall)
+			break;
+		/* nothing now: has the peer finished, or failed?  Asked of the
+		 * kernel when a token is there, else every 20 us while spinning */
+		int64_t t_now = shm_now_ns();
+		if (__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) &&
+		    (__atomic_load_n(&c->rx->token, __ATOMIC_RELAXED) || t_now >= next_check)) {
+			next_check = t_now + 20000;
+			char t;
+			ssize_t pk = dsock_real.recv(fd, &t, 1, MSG_PEEK | MSG_DONTWAIT);
+			int k = pk == 0 ? 1 : pk < 0 && errno != EAGAIN ? -errno : rx_settle(c, fd);
+			if (k == 1 || k < 0) {
+				if (rx_avail(c, &head) > 0)
+					continue; /* data came just before the FIN */
+				if (k == 1)
+					eof = 1;
+				else
+					err = k;
+				break;
+			}
+			if (rx_avail(c, &head) > 0)
+				continue;
+		}
+		if (nb < 0)
+			nb = nonblocking(s, fd, flags);
+		if (nb) {
+			err = -EAGAIN;
+			break;
+		}
+		if (!spin_end)
+			spin_end = t_now + SPIN_NS;
+		if (t_now < spin_end) {
+			for (int i = 0; i < 64; i++)
+				cpu_relax();
+			continue;
+		}
+		/* sleep in the kernel: a token, FIN or RST wakes us; the kernel
+		 * applies SO_RCVTIMEO and signal restart rules exactly as for a
+		 * plain recv, because this is one */
+		rx_settle(c, fd);
+		if (rx_avail(c, &head) > 0) {
+			spin_end = 0;
+			continue;
+		}
+		unlock_shared(&c->rx->rx_lock);
+		char t;
+		ssize_t r = dsock_real.recv(fd, &t, 1, MSG_PEEK);
+		next_check = 0;
+		int e = errno;
+		if (lock_shared(&c->rx->rx_lock))
+			return shm_fault(s, fd, "lock held forever");
+		spin_end = 0;
+		if (r < 0 && (e == EAGAIN || e == EINTR)) {
+			err = -e;
+			break;
+		}
+		/* data, token, EOF or error: look again */
+	}
+	if (c->state == SC_ATTACHED && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
+		int k = rx_settle(c, fd);
+		if (k < 0 && !got && !eof && !err)
+			err = k;
+	} else {
+		hot(c, 0);
+	}
+	unlock_shared(&c->rx->rx_lock);
+	if (got)
+		return (ssize_t)got;
+	if (eof || (err && err != -EAGAIN))
+		DSOCK_DBG("recv on fd %d: %s (switched %u, peer switch_off %llu, active %d)", fd,
+			  eof ? "EOF" : strerror(-err), c->me->rx_switched,
+			  (unsigned long long)c->peer->switch_off, shm_active(c));
+	return eof ? 0 : err;
+}
+
+int shm_shutdown(struct dsock_sock *s, int fd, int how)
+{
+	struct shm_conn *c = shm_conn(s);
+	int r = dsock_real.shutdown(fd, how);
+
+	if (r < 0)
+		return -errno;
+	/* the kernel FIN travels after every token, so the peer reads the
+	 * ring dry before it sees EOF */
+	if (c && (how == SHUT_WR || how == SHUT_RDWR)) {
+		c->wr_shut = 1;
+		if (c->h)
+			__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
+	}
+	return r;
+}
+
+long shm_readable(struct dsock_sock *s, int fd)
+{
+	struct shm_conn *c = shm_conn(s);
+	uint64_t head;
+	int64_t avail;
+
+	if (!c || c->state != SC_ATTACHED)
+		return 0;
+	avail = rx_avail(c, &head);
+	if (avail < 0)
+		return -EPROTO;
+	if (!__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) && fd >= 0) {
+		/* kernel data the peer sent before its switch comes first */
+		uint64_t sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE);
+		int inq = 0;
+		dsock_real.ioctl(fd, SIOCINQ, &inq);
+		if (sw == DSOCK_SWITCH_NONE)
+			return inq;
+		int64_t consumed = kernel_consumed(fd) - c->rx_base;
+		int64_t pre = consumed >= 0 && (uint64_t)consumed < sw ? (int64_t)(sw - (uint64_t)consumed) : 0;
+		return (pre < inq ? pre : inq) + avail;
+	}
+	return avail;
+}
+
+/* The last fd of this process is about to close.  With unread data the
+ * kernel would reset the connection: so do we.  Otherwise stop taking
+ * tokens and drain those there, so that the kernel close is a clean FIN. */
+void shm_closing(struct dsock_sock *s, int fd)
+{
+	struct shm_conn *c = shm_conn(s);
+	uint64_t head;
+
+	if (c && c->state == SC_PENDING)
+		shm_wait_offer_done(s);
+	if (!c || c->state != SC_ATTACHED)
+		return;
+	__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
+	if (!shm_active(c))
+		return;
+	if (rx_avail(c, &head) != 0) {
+		struct linger lg = { 1, 0 };
+		dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		return;
+	}
+	hot(c, INT64_MAX); /* no more tokens to us */
+	if (__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE))
+		drain_tokens(fd);
+}
+
+int shm_writable(struct dsock_sock *s)
+{
+	struct shm_conn *c = shm_conn(s);
+	uint64_t tail;
+
+	if (!c || !shm_active(c))
+		return 1;
+	return tx_space(c, &tail) != 0;
+}
+
+void shm_want_space(struct dsock_sock *s)
+{
+	struct shm_conn *c = shm_conn(s);
+	uint64_t tail;
+
+	if (c && shm_active(c)) {
+		__atomic_store_n(&c->tx->tx_waiting, 1, __ATOMIC_SEQ_CST);
+		if (tx_space(c, &tail) != 0) /* freed meanwhile: no token will come */
+			__atomic_store_n(&c->tx->tx_waiting, 0, __ATOMIC_RELAXED);
+	}
+}
+
+/* Socket options the transport answers itself; -ENOPROTOOPT means "ask
+ * the kernel". */
+int shm_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void *val, socklen_t *len)
+{
+	struct shm_conn *c = shm_conn(s);
+
+	if (!c || !c->nodelay_saved || level != IPPROTO_TCP || opt != TCP_NODELAY)
+		return -ENOPROTOOPT;
+	if (set) {
+		if (*len < (socklen_t)sizeof(int))
+			return -EINVAL;
+		c->app_nodelay = *(int *)val != 0;
+		return 0;
+	}
+	if (*len < (socklen_t)sizeof(int)) {
+		if (*len > 0)
+			*(char *)val = (char)c->app_nodelay;
+		return 0;
+	}
+	*(int *)val = c->app_nodelay;
+	*len = sizeof(int);
+	return 0;
+}
+
+int shm_spurious_in(struct dsock_sock *s, int fd)
+{
+	struct shm_conn *c = shm_conn(s);
+	char buf[64];
+	uint64_t head;
+	ssize_t n;
+
+	if (!c || c->state != SC_ATTACHED || !__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) ||
+	    rx_avail(c, &head) != 0 || lock_shared(&c->rx->rx_lock))
+		return 0;
+	/* only tokens: every byte here is one, and no FIN or error follows */
+	n = dsock_real.recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+	if (n > 0) {
+		__atomic_store_n(&c->rx->token, 0, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&c->tx->space_token, 0, __ATOMIC_SEQ_CST);
+		int k = drain_tokens(fd);
+		n = k == 0 && rx_avail(c, &head) == 0 ? 1 : 0;
+	} else {
+		n = 0; /* EOF or error: real */
+	}
+	unlock_shared(&c->rx->rx_lock);
+	return (int)n;
+}

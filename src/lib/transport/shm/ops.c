@@ -1,0 +1,31 @@
+/* The shm transport's entry in the transport table, and its readiness. */
+#include "lib/transport/shm/shm.h"
+
+int shm_hidden_readable(struct dsock_sock *s)
+{
+	struct shm_conn *c = shm_conn(s);
+
+	return c && c->state == SC_ATTACHED && c->unbacked && shm_readable(s, -1) > 0;
+}
+
+static long readable(struct dsock_sock *s, int fd)
+{
+	return shm_readable(s, fd);
+}
+
+const struct dsock_transport dsock_shm_transport = {
+	.name = "shm",
+	.offer = shm_offer,
+	.sendmsg = shm_sendmsg,
+	.recvmsg = shm_recvmsg,
+	.shutdown = shm_shutdown,
+	.readable = readable,
+	.hidden_readable = shm_hidden_readable,
+	.spurious_in = shm_spurious_in,
+	.closing = shm_closing,
+	.before_close = shm_before_close,
+	.writable = shm_writable,
+	.sockopt = shm_sockopt,
+	.want_space = shm_want_space,
+	.release = shm_release,
+};

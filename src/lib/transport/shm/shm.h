@@ -1,0 +1,120 @@
+/* The shared-memory transport: TCP connections between dsock processes on
+ * one host move onto a pair of rings in one memfd.
+ *
+ * States of a connection, per process:
+ *   OFFER_DUE  nonblocking connect in progress: offer once it completes
+ *   PENDING    offered to the daemon, no answer yet: the kernel carries data
+ *   ATTACHED   the memfd is mapped and this side said so in it; once the
+ *              peer has attached too, each side moves its sending to the
+ *              ring at an exact kernel byte offset (switch_off), and each
+ *              receiver drains the kernel up to the peer's offset first
+ *   (KERNEL)   final: the socket leaves the transport (tp = NULL)
+ *
+ * After the switch every byte on the kernel socket is a wake-up token: the
+ * kernel socket is the doorbell, so readiness stays native for any poller,
+ * and a dead peer shows up as FIN or RST.  A producer sends a token only if
+ * the consumer is not polling (hot_until lease) and no token is
+ * outstanding. */
+#ifndef DSOCK_SHM_H
+#define DSOCK_SHM_H
+
+#include "common/shm_layout.h"
+#include "lib/sock/sock.h"
+#include "lib/transport/transport.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+enum { SC_OFFER_DUE = 1, SC_PENDING, SC_ATTACHED };
+
+struct shm_conn {
+	int state;
+	int refuse;          /* forked or exec'ed while pending: refuse pairing */
+	int offer_done;      /* the daemon no longer holds our socket */
+	int wr_shut;         /* shut down for writing (maybe before attaching) */
+	int side;            /* 0 connect end, 1 accept end */
+	int memfd;
+	struct dsock_shm_hdr *h;
+	size_t map_len;
+	uint32_t size;       /* ring size, read once at attach, never again */
+	unsigned char *txd, *rxd;
+	struct dsock_shm_ring *tx, *rx;
+	struct dsock_shm_side *me, *peer;
+	int unbacked;        /* rx ring has data that no token backs */
+	int app_nodelay, nodelay_saved; /* TCP_NODELAY as the application set it */
+	int64_t tx_base, rx_base; /* the kernel's byte counters before any
+				   * application byte moved (the SYN may count) */
+	int reported;        /* the daemon has been told we are on shm */
+	int used_ring;       /* bytes moved through the ring (counted once) */
+	int64_t pending_since_ms;
+	int delayed_memfd;   /* a PAIRED result we could not attach yet */
+	int delayed_side;
+	uint32_t delayed_size;
+	_Atomic int kernel_rx_inflight; /* PENDING kernel reads in progress */
+	_Atomic int inflight; /* calls inside the transport now */
+	_Atomic int attaching; /* an attach is deciding: PENDING kernel reads wait */
+	_Atomic int kfd;      /* a private dup of the socket, made when the
+			       * application closes it under a call in flight */
+	pthread_mutex_t mu;  /* PENDING-state sends and state changes */
+	struct dsock_sock *sock;
+	struct shm_conn *next; /* pending list */
+};
+
+extern const struct dsock_transport dsock_shm_transport;
+/* Connections of this process whose bytes went through a ring. */
+extern _Atomic long dsock_shm_ring_conns;
+
+static inline struct shm_conn *shm_conn(struct dsock_sock *s)
+{
+	return (struct shm_conn *)s->tp_priv;
+}
+
+/* conn.c */
+int dsock_shm_init(void);
+int shm_offer(struct dsock_sock *s, int fd, int role, unsigned *reason);
+/* Delivers mail and settles an OFFER_DUE / PENDING / delayed connection.
+ * Returns 1 when the connection is attached (mapping valid). */
+int shm_progress(struct dsock_sock *s, int fd);
+void shm_release(struct dsock_sock *s);
+/* Leaves the transport for good: the kernel carries the data. */
+void shm_to_kernel(struct dsock_sock *s, unsigned reason);
+int shm_active(const struct shm_conn *c);
+/* The shared memory broke its rules: reset this connection only. */
+int shm_fault(struct dsock_sock *s, int fd, const char *what);
+
+/* Fork: a pairing still pending when the process forks is refused in both
+ * processes (only one of them would hear the answer). */
+void dsock_shm_fork_prepare(void);
+void dsock_shm_fork_parent(void);
+void dsock_shm_fork_child(void);
+/* exec: hands attached connections to the new program through the
+ * environment (DSOCK_SHM_FDS), and takes them back in it. */
+size_t dsock_shm_exec_env(char *buf, size_t n);
+void dsock_shm_exec_failed(void);
+void dsock_shm_adopt_inherited(void);
+
+/* data.c */
+/* Reads the kernel's counters as the baseline: call before any byte moves. */
+int shm_calibrate(struct shm_conn *c, int fd);
+ssize_t shm_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
+ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
+int shm_shutdown(struct dsock_sock *s, int fd, int how);
+/* Bytes readable now (ring, or pre-switch kernel data), -errno on fault. */
+long shm_readable(struct dsock_sock *s, int fd);
+void shm_closing(struct dsock_sock *s, int fd);
+void shm_wait_offer_done(struct dsock_sock *s);
+/* The application closes fd: calls in flight keep the socket (as they
+ * would in the kernel) through a private dup. */
+void shm_before_close(struct dsock_sock *s, int fd);
+/* 1 if the tx ring has space (or the kernel carries the data). */
+int shm_writable(struct dsock_sock *s);
+/* A poller waits for space: ask the consumer for a token when it frees some. */
+void shm_want_space(struct dsock_sock *s);
+int shm_spurious_in(struct dsock_sock *s, int fd);
+int shm_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void *val, socklen_t *len);
+/* 1 if our pollers must report fd readable although the kernel may not. */
+int shm_hidden_readable(struct dsock_sock *s);
+
+int64_t shm_now_ns(void);
+
+#endif
