@@ -144,11 +144,15 @@ int cmd_demo(int argc, char **argv)
 	printf("%-16s %12s %12s %16s   %s\n", "", "p50 RTT", "p99 RTT", "round trips/s", "path");
 	printf("%-16s %9.1f us %9.1f us %16.0f   %s\n", "kernel (native)", native.p50_us,
 	       native.p99_us, native.per_sec, "kernel");
-	printf("%-16s %9.1f us %9.1f us %16.0f   %s (%s)\n", "under dsock", under.p50_us,
-	       under.p99_us, under.per_sec, under.path, under.reason);
+	printf("%-16s %9.1f us %9.1f us %16.0f   %s%s%s%s\n", "under dsock", under.p50_us,
+	       under.p99_us, under.per_sec, under.path, strcmp(under.reason, "-") ? " (" : "",
+	       strcmp(under.reason, "-") ? under.reason : "", strcmp(under.reason, "-") ? ")" : "");
 	printf("\np50 ratio dsock/kernel: %.2fx  (below 1 is faster)\n", under.p50_us / native.p50_us);
 	if (!strcmp(under.path, "kernel"))
-		printf("This build has no fast-path transport yet: dsock passes every call to the\n"
-		       "kernel, so the two rows show the cost of interposition alone.\n");
+		printf("The connection stayed on the kernel (%s), so the two rows show the cost\n"
+		       "of interposition alone.\n", under.reason);
+	else
+		printf("Both ends ran under dsock: after the kernel's handshake the daemon paired\n"
+		       "the two sockets and the bytes moved through shared memory.\n");
 	return 0;
 }

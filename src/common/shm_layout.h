@@ -33,7 +33,8 @@ struct dsock_shm_side {
 	uint64_t switch_off;  /* kernel data bytes this side sent before its
 			       * sending moved to the ring; DSOCK_SWITCH_NONE before */
 	uint32_t closing;     /* hint: this side closed or shut down writing */
-	uint8_t pad[DSOCK_CL - 20];
+	uint32_t cpu;         /* hint: the CPU this side last sent from (+1; 0 unknown) */
+	uint8_t pad[DSOCK_CL - 24];
 } __attribute__((aligned(DSOCK_CL)));
 
 /* Ring r carries data from side r to side 1 - r. */

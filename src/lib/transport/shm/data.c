@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #define SPIN_NS 50000 /* poll the ring this long before sleeping */
+#define SPIN_PURE_NS 2000 /* of which this long without yielding */
 
 static inline void cpu_relax(void)
 {
@@ -468,6 +469,7 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 		done += n;
 		count_ring_use(c);
 		ring_doorbell(c, fd);
+		__atomic_store_n(&c->me->cpu, (uint32_t)sched_getcpu() + 1, __ATOMIC_RELAXED);
 	}
 out:
 	unlock_shared(&c->tx->tx_lock);
@@ -619,7 +621,17 @@ static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int fl
 			next_check = t_now + 20000;
 			char t;
 			ssize_t pk = dsock_real.recv(fd, &t, 1, MSG_PEEK | MSG_DONTWAIT);
-			int k = pk == 0 ? 1 : pk < 0 && errno != EAGAIN ? -errno : rx_settle(c, fd);
+			int k;
+			if (pk > 0) {
+				/* after the switch every kernel byte is a token, whatever
+				 * the flag says (a token can land after its flag was
+				 * cleared): drain them, or the sleep below never sleeps */
+				__atomic_store_n(&c->rx->token, 0, __ATOMIC_SEQ_CST);
+				__atomic_store_n(&c->tx->space_token, 0, __ATOMIC_SEQ_CST);
+				k = drain_tokens(fd);
+			} else {
+				k = pk == 0 ? 1 : errno != EAGAIN ? -errno : 0;
+			}
 			if (k == 1 || k < 0) {
 				if (rx_avail(c, &head) > 0)
 					continue; /* data came just before the FIN */
@@ -641,8 +653,15 @@ static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int fl
 		if (!spin_end)
 			spin_end = t_now + SPIN_NS;
 		if (t_now < spin_end) {
-			for (int i = 0; i < 64; i++)
-				cpu_relax();
+			/* a few microseconds of pure spinning, then yield on every
+			 * round: with more runnable threads than cores (2 here) the
+			 * peer we wait for may need this very core */
+			if (spin_end - t_now < SPIN_NS - SPIN_PURE_NS ||
+			    __atomic_load_n(&c->peer->cpu, __ATOMIC_RELAXED) == (uint32_t)sched_getcpu() + 1)
+				sched_yield(); /* (at once when the peer shares our CPU) */
+			else
+				for (int i = 0; i < 64; i++)
+					cpu_relax();
 			continue;
 		}
 		/* sleep in the kernel: a token, FIN or RST wakes us; the kernel
