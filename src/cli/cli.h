@@ -22,6 +22,7 @@ int cmd_run(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 int cmd_stop(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_echo_server(int argc, char **argv);
 int cmd_echo_client(int argc, char **argv);
 

@@ -156,3 +156,34 @@ int cmd_demo(int argc, char **argv)
 		       "the two sockets and the bytes moved through shared memory.\n");
 	return 0;
 }
+
+/* dsock bench: runs bench/run.py from the source tree this dsock was built
+ * in (<tree>/build/bin/dsock -> <tree>/bench/run.py). */
+int cmd_bench(int argc, char **argv)
+{
+	char self[PATH_MAX], script[PATH_MAX + 32], build[PATH_MAX + 8];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	char *args[64];
+	int k = 0;
+
+	if (n < 0)
+		return 1;
+	self[n] = '\0';
+	*strrchr(self, '/') = '\0'; /* .../build/bin */
+	snprintf(build, sizeof(build), "%s/..", self);
+	snprintf(script, sizeof(script), "%s/../../bench/run.py", self);
+	if (access(script, R_OK)) {
+		fprintf(stderr, "dsock bench: %s not found (run from a source tree)\n", script);
+		return 1;
+	}
+	args[k++] = "python3";
+	args[k++] = script;
+	args[k++] = "--build";
+	args[k++] = build;
+	for (int i = 1; i < argc && k < 62; i++)
+		args[k++] = argv[i];
+	args[k] = NULL;
+	execvp("python3", args);
+	perror("dsock bench: python3");
+	return 1;
+}

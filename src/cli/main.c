@@ -19,6 +19,8 @@ static const char USAGE[] =
 	"  stop                            stop the daemon\n"
 	"  demo [-n N]                     built-in example: echo ping-pong natively\n"
 	"                                  and under dsock, side by side\n"
+	"  bench [--secs N]                benchmark suite: kernel, dsock and raw shared\n"
+	"                                  memory side by side (bench/run.py)\n"
 	"  version                         print the version\n"
 	"  help                            this text\n"
 	"\n"
@@ -29,6 +31,8 @@ static const char USAGE[] =
 	"  DSOCK_SOCKET   daemon socket (default /run/dsock/dsockd.sock for root,\n"
 	"                 else $XDG_RUNTIME_DIR/dsock/dsockd.sock or /tmp/dsock-UID/)\n"
 	"  DSOCK_DISABLE  1: pass every call to the kernel\n"
+	"  DSOCK_FASTPATH 0: no shared-memory fast path\n"
+	"  DSOCK_RING_KB  ring size per direction (read by dsockd; default 256)\n"
 	"  DSOCK_LIB      absolute path of libdsock.so (default: ../lib beside dsock)\n"
 	"\n"
 	"Exit status: that of CMD for `run`; 0 on success, 1 on failure, 2 on bad\n"
@@ -46,6 +50,8 @@ int main(int argc, char **argv)
 		return cmd_stop(argc - 1, argv + 1);
 	if (!strcmp(cmd, "demo"))
 		return cmd_demo(argc - 1, argv + 1);
+	if (!strcmp(cmd, "bench"))
+		return cmd_bench(argc - 1, argv + 1);
 	if (!strcmp(cmd, "_echo-server"))
 		return cmd_echo_server(argc - 1, argv + 1);
 	if (!strcmp(cmd, "_echo-client"))
