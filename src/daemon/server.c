@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/reason.h"
+#include "common/fdpass.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -89,7 +90,7 @@ static void client_close(uint32_t slot)
 static int send_msg_fd(int fd, uint16_t type, const void *payload, size_t len, int pass_fd, int flags)
 {
 	union { struct dsock_msg_hdr h; char b[DSOCK_MSG_MAX]; } m;
-	union { struct cmsghdr c; char b[CMSG_SPACE(sizeof(int))]; } cm;
+	union dsock_cmsg_one cm;
 	struct iovec v;
 	struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1 };
 
@@ -100,15 +101,7 @@ static int send_msg_fd(int fd, uint16_t type, const void *payload, size_t len, i
 		memcpy(m.b + sizeof(m.h), payload, len);
 	v.iov_base = m.b;
 	v.iov_len = sizeof(m.h) + len;
-	if (pass_fd >= 0) {
-		memset(&cm, 0, sizeof(cm));
-		mh.msg_control = cm.b;
-		mh.msg_controllen = sizeof(cm.b);
-		cm.c.cmsg_level = SOL_SOCKET;
-		cm.c.cmsg_type = SCM_RIGHTS;
-		cm.c.cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(&cm.c), &pass_fd, sizeof(int));
-	}
+	dsock_cmsg_put_fd(&mh, &cm, pass_fd);
 	return sendmsg(fd, &mh, MSG_NOSIGNAL | flags) < 0 ? -errno : 0;
 }
 
@@ -359,7 +352,7 @@ static void on_accept(int lfd)
 static int on_readable(uint32_t slot)
 {
 	static union { struct dsock_msg_hdr h; char b[DSOCK_MSG_MAX + 1]; } m;
-	union { struct cmsghdr c; char b[CMSG_SPACE(4 * sizeof(int))]; } cm;
+	union dsock_cmsg_one cm;
 	struct dd_client *c = &clients[slot];
 
 	for (int i = 0; i < 64; i++) { /* bounded: one client cannot starve others */
@@ -367,7 +360,7 @@ static int on_readable(uint32_t slot)
 		struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = cm.b,
 				     .msg_controllen = sizeof(cm.b) };
 		ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC);
-		int r, fd = -1, nfds = 0;
+		int r, fd;
 
 		if (n < 0 && (errno == EAGAIN || errno == EINTR))
 			return 0;
@@ -375,22 +368,9 @@ static int on_readable(uint32_t slot)
 			client_close(slot);
 			return 0;
 		}
-		/* take every fd the kernel installed, keep at most one */
-		for (struct cmsghdr *ch = CMSG_FIRSTHDR(&mh); ch; ch = CMSG_NXTHDR(&mh, ch)) {
-			if (ch->cmsg_level != SOL_SOCKET || ch->cmsg_type != SCM_RIGHTS)
-				continue;
-			for (size_t k = 0; k < (ch->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
-				int got;
-				memcpy(&got, CMSG_DATA(ch) + k * sizeof(int), sizeof(int));
-				if (nfds++ == 0)
-					fd = got;
-				else
-					close(got);
-			}
-		}
-		if (nfds > 1 || (mh.msg_flags & MSG_CTRUNC)) {
-			if (fd >= 0)
-				close(fd);
+		/* every fd the kernel installed is taken; at most one is kept */
+		fd = dsock_cmsg_take_fd(&mh, close);
+		if (fd == -2) {
 			r = -EBADMSG;
 		} else if ((size_t)n > DSOCK_MSG_MAX) {
 			if (fd >= 0)

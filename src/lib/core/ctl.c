@@ -5,6 +5,7 @@
 #include "lib/sock/sock.h"
 #include "common/log.h"
 #include "common/paths.h"
+#include "common/fdpass.h"
 #include "common/proto.h"
 #include "common/reason.h"
 
@@ -161,7 +162,7 @@ static int ctl_connect_locked(unsigned flags, int ppid)
 static int ctl_send_fd_locked(uint16_t type, const void *payload, size_t len, int pass_fd)
 {
 	char buf[sizeof(struct dsock_msg_hdr) + 256];
-	union { struct cmsghdr c; char b[CMSG_SPACE(sizeof(int))]; } cm;
+	union dsock_cmsg_one cm;
 	struct iovec v = { buf, sizeof(struct dsock_msg_hdr) + len };
 	struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1 };
 	int fd = atomic_load(&ctl_fd);
@@ -172,15 +173,7 @@ static int ctl_send_fd_locked(uint16_t type, const void *payload, size_t len, in
 		return -EMSGSIZE;
 	dsock_msg_init((struct dsock_msg_hdr *)buf, type, len, ++ctl_seq);
 	memcpy(buf + sizeof(struct dsock_msg_hdr), payload, len);
-	if (pass_fd >= 0) {
-		memset(&cm, 0, sizeof(cm));
-		mh.msg_control = cm.b;
-		mh.msg_controllen = sizeof(cm.b);
-		cm.c.cmsg_level = SOL_SOCKET;
-		cm.c.cmsg_type = SCM_RIGHTS;
-		cm.c.cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(&cm.c), &pass_fd, sizeof(int));
-	}
+	dsock_cmsg_put_fd(&mh, &cm, pass_fd);
 	if (dsock_real.sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
 		return 0;
 	if (errno == EAGAIN || errno == ENOBUFS)
@@ -338,7 +331,7 @@ void dsock_ctl_set_result_handler(void (*fn)(const struct dsock_msg_result *r, i
 static void read_mail_locked(void)
 {
 	union { struct dsock_msg_hdr h; char b[DSOCK_MSG_MAX + 1]; } m;
-	union { struct cmsghdr c; char b[CMSG_SPACE(4 * sizeof(int))]; } cm;
+	union dsock_cmsg_one cm;
 	int fd = atomic_load(&ctl_fd);
 
 	if (mail)
@@ -348,24 +341,13 @@ static void read_mail_locked(void)
 		struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = cm.b,
 				     .msg_controllen = sizeof(cm.b) };
 		ssize_t n = dsock_real.recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-		int got = -1;
+		int got;
 
 		if (n <= 0)
 			break;
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-				continue;
-			for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
-				int x;
-				memcpy(&x, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
-				if (got < 0)
-					got = x;
-				else
-					dsock_real.close(x);
-			}
-		}
+		got = dsock_cmsg_take_fd(&mh, dsock_real.close);
 		/* the daemon is trusted more than a peer, but still checked */
-		if (dsock_msg_check(m.b, (size_t)n) || m.h.type != DSOCK_MSG_RESULT || !result_handler) {
+		if (got == -2 || dsock_msg_check(m.b, (size_t)n) || m.h.type != DSOCK_MSG_RESULT || !result_handler) {
 			if (got >= 0)
 				dsock_real.close(got);
 			continue;

@@ -169,6 +169,23 @@ static int hidden_events(int epfd, struct epoll_event *out, int max, int depth)
 	return n;
 }
 
+/* Drops the IN of events that are only stale tokens; returns how many
+ * events remain. */
+static int filter_spurious(int epfd, struct epoll_event *ev, int n)
+{
+	int kept = 0;
+
+	for (int i = 0; i < n; i++) {
+		if ((ev[i].events & EPOLLIN) && spurious_in(member_fd(epfd, ev[i].data.u64))) {
+			ev[i].events &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
+			if (!ev[i].events)
+				continue;
+		}
+		ev[kept++] = ev[i];
+	}
+	return kept;
+}
+
 int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		      const struct timespec *t, const sigset_t *m, int kind)
 {
@@ -203,15 +220,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			n = dsock_real.epoll_wait(epfd, ev, max, 0);
 			if (n < 0)
 				return -errno;
-			int kept = 0;
-			for (int i = 0; i < n; i++) {
-				if ((ev[i].events & EPOLLIN) && spurious_in(member_fd(epfd, ev[i].data.u64))) {
-					ev[i].events &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
-					if (!ev[i].events)
-						continue;
-				}
-				ev[kept++] = ev[i];
-			}
+			int kept = filter_spurious(epfd, ev, n);
 			if (kept)
 				return kept;
 			clock_gettime(CLOCK_MONOTONIC, &tn);
@@ -232,15 +241,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		if (n <= 0 || atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) == 0)
 			return n < 0 ? -errno : n;
 		/* a token that outlived its data must not be reported */
-		int kept = 0;
-		for (int i = 0; i < n; i++) {
-			if ((ev[i].events & EPOLLIN) && spurious_in(member_fd(epfd, ev[i].data.u64))) {
-				ev[i].events &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
-				if (!ev[i].events)
-					continue;
-			}
-			ev[kept++] = ev[i];
-		}
+		int kept = filter_spurious(epfd, ev, n);
 		/* all spurious: wait again (a slightly longer wait overall, never
 		 * an early return the kernel would not give) */
 		if (kept || timeout_ms == 0 || (kind == DSOCK_EPW_PWAIT2 && t && !t->tv_sec && !t->tv_nsec))
