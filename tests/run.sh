@@ -41,12 +41,17 @@ unit() {
 
 conformance() {
 	mkdir -p "$RUNDIR/fastpath"
-	"$BUILD/tests/conformance" -j 2 -r "$RUNDIR/fastpath" -w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
+	DSOCK_FASTPATH=1 "$BUILD/tests/conformance" -j 2 -r "$RUNDIR/fastpath" -w "$BUILD/bin/dsock run --" \
+		"$BUILD/tests/conf-scen"
 }
 
 # The same scenarios with the fast path off: the passthrough layer alone.
 conformance_kernel() {
 	DSOCK_FASTPATH=0 "$BUILD/tests/conformance" -j 2 -w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
+}
+
+daemon_tests() {
+	DSOCK_FASTPATH=1 python3 tests/daemon/test_daemon.py "$BUILD"
 }
 
 # The harness must be able to fail: a scenario with a wrong expectation, and
@@ -73,7 +78,8 @@ step "unit tests under ASan+UBSan" unit "$SANBUILD"
 step "conformance (native vs dsock, fast path on)" conformance
 step "conformance (native vs dsock, fast path off)" conformance_kernel
 step "conformance harness self-test" harness_selftest
-step "daemon and CLI" python3 tests/daemon/test_daemon.py "$BUILD"
+step "daemon and CLI" daemon_tests
+# the default (fast path off); with it on: DSOCK_FASTPATH=1 tests/apps/run_apps.sh
 step "real programs under dsock" tests/apps/run_apps.sh "$BUILD"
 
 [ ${#FAILED[@]} -gt 0 ] && echo "failed steps: ${FAILED[*]}"

@@ -76,6 +76,9 @@ static int run_pair(const char *self, int under, int count, struct result *res)
 	char *srv_native[] = { (char *)self, "_echo-server", NULL };
 	char *srv_dsock[] = { (char *)self, "run", "--", (char *)self, "_echo-server", NULL };
 	char *cli_native[] = { (char *)self, "_echo-client", port_s, cnt, "14", NULL };
+	/* the native pair must not be under dsock even if we are */
+	if (!under)
+		unsetenv("LD_PRELOAD");
 	char *cli_dsock[] = { (char *)self, "run", "--", (char *)self, "_echo-client", port_s, cnt, "14", NULL };
 	FILE *so, *co;
 	int port = 0, in_fd, st, ok = 0;
@@ -135,6 +138,8 @@ int cmd_demo(int argc, char **argv)
 		return 1;
 	self[n] = '\0';
 	signal(SIGPIPE, SIG_IGN);
+	/* the demo shows the fast path (opt-in for now) unless told otherwise */
+	setenv("DSOCK_FASTPATH", "1", 0);
 	if (cli_ensure_daemon(0))
 		return 1;
 	printf("dsock demo: TCP echo over loopback, 14-byte messages, %d round trips each\n\n", count);

@@ -4,14 +4,14 @@ const char *dsock_reason_name(unsigned r)
 {
 	static const char *const n[DSOCK_R_MAX] = {
 		[DSOCK_R_NONE] = "-",
-		[DSOCK_R_NO_TRANSPORT] = "no-fast-path-in-this-build",
+		[DSOCK_R_NO_TRANSPORT] = "fast-path-off",
 		[DSOCK_R_NOT_TCP] = "not-tcp",
 		[DSOCK_R_UNIX] = "af-unix",
 		[DSOCK_R_LISTENER] = "listener",
 		[DSOCK_R_DENIED_RULE] = "denied-by-rule",
 		[DSOCK_R_PROG_DISABLED] = "program-disabled",
 		[DSOCK_R_INHERITED] = "inherited",
-		[DSOCK_R_FASTPATH_OFF] = "fast-path-off",
+		[DSOCK_R_FASTPATH_OFF] = "fast-path-disabled",
 		[DSOCK_R_PENDING] = "pairing-pending",
 		[DSOCK_R_NO_DAEMON] = "no-daemon",
 		[DSOCK_R_PEER_PLAIN] = "peer-not-dsock",

@@ -5,7 +5,7 @@
 
 enum dsock_reason {
 	DSOCK_R_NONE = 0,
-	DSOCK_R_NO_TRANSPORT,  /* this build has no fast-path transport yet */
+	DSOCK_R_NO_TRANSPORT,  /* no transport registered (DSOCK_FASTPATH=1 enables shm) */
 	DSOCK_R_NOT_TCP,       /* datagram or raw socket: kernel only */
 	DSOCK_R_UNIX,          /* AF_UNIX: already a local IPC path */
 	DSOCK_R_LISTENER,      /* a listening socket itself moves no data */

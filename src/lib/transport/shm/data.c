@@ -385,7 +385,7 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 	size_t total = iov_total(m), done = 0;
 	int64_t deadline = 0;
 	ssize_t r;
-	int err = 0;
+	int err = 0, announced = 0;
 
 	if (!shm_progress(s, fd) || c->state != SC_ATTACHED) {
 		/* PENDING (or gone to the kernel): the kernel carries it; the
@@ -438,11 +438,16 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 		}
 		if (space == 0) {
 			if (done || nonblocking(s, fd, flags)) {
-				if (!done) {
-					err = -EAGAIN;
-					/* a poller will wait for space: ask for a token */
+				if (!done && !announced) {
+					/* a poller will wait for space: ask for a token, then
+					 * look again (seq_cst both sides): space freed in
+					 * between would otherwise wake nobody */
 					__atomic_store_n(&c->tx->tx_waiting, 1, __ATOMIC_SEQ_CST);
+					announced = 1;
+					continue;
 				}
+				if (!done)
+					err = -EAGAIN;
 				break;
 			}
 			unlock_shared(&c->tx->tx_lock);
@@ -723,21 +728,27 @@ int shm_shutdown(struct dsock_sock *s, int fd, int how)
 long shm_readable(struct dsock_sock *s, int fd)
 {
 	struct shm_conn *c = shm_conn(s);
-	uint64_t head;
+	uint64_t head, sw;
 	int64_t avail;
 
 	if (!c || c->state != SC_ATTACHED)
-		return 0;
-	avail = rx_avail(c, &head);
-	if (avail < 0)
-		return -EPROTO;
+		return -ENOTSUP; /* pending: the kernel holds every byte; ask it */
+	for (int i = 0;; i++) {
+		/* the peer's offset on both sides of the ring read: a switch in
+		 * between would make kernel bytes tokens and ring bytes data */
+		sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE);
+		avail = rx_avail(c, &head);
+		if (avail < 0)
+			return -EPROTO;
+		if (__atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) == sw || i > 100)
+			break;
+	}
 	if (!__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) && fd >= 0) {
 		/* kernel data the peer sent before its switch comes first */
-		uint64_t sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE);
 		int inq = 0;
 		dsock_real.ioctl(fd, SIOCINQ, &inq);
 		if (sw == DSOCK_SWITCH_NONE)
-			return inq;
+			return inq + avail;
 		int64_t consumed = kernel_consumed(fd) - c->rx_base;
 		int64_t pre = consumed >= 0 && (uint64_t)consumed < sw ? (int64_t)(sw - (uint64_t)consumed) : 0;
 		return (pre < inq ? pre : inq) + avail;
