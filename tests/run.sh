@@ -79,7 +79,6 @@ step "conformance (native vs dsock, fast path on)" conformance
 step "conformance (native vs dsock, fast path off)" conformance_kernel
 step "conformance harness self-test" harness_selftest
 step "daemon and CLI" daemon_tests
-# the default (fast path off); with it on: DSOCK_FASTPATH=1 tests/apps/run_apps.sh
 step "real programs under dsock" tests/apps/run_apps.sh "$BUILD"
 
 [ ${#FAILED[@]} -gt 0 ] && echo "failed steps: ${FAILED[*]}"

@@ -138,8 +138,6 @@ int cmd_demo(int argc, char **argv)
 		return 1;
 	self[n] = '\0';
 	signal(SIGPIPE, SIG_IGN);
-	/* the demo shows the fast path (opt-in for now) unless told otherwise */
-	setenv("DSOCK_FASTPATH", "1", 0);
 	if (cli_ensure_daemon(0))
 		return 1;
 	printf("dsock demo: TCP echo over loopback, 14-byte messages, %d round trips each\n\n", count);

@@ -192,10 +192,8 @@ int dsock_shm_init(void)
 {
 	const char *on = getenv("DSOCK_FASTPATH");
 
-	/* opt-in for now: a rare lost wake-up under load (haproxy between
-	 * nginx and curl) is not yet understood; see docs/ARCHITECTURE.md */
-	if (!on || strcmp(on, "1"))
-		return 0;
+	if (on && !strcmp(on, "0"))
+		return 0; /* DSOCK_FASTPATH=0: every connection stays on the kernel */
 	dsock_ctl_set_result_handler(on_result);
 	return dsock_transport_register(&dsock_shm_transport);
 }

@@ -285,7 +285,7 @@ static int rx_settle(struct shm_conn *c, int fd)
 {
 	uint64_t head;
 	int64_t avail;
-	int k = 0;
+	int k = 0, drained = 0;
 
 	hot(c, 0);
 	avail = rx_avail(c, &head);
@@ -296,8 +296,13 @@ static int rx_settle(struct shm_conn *c, int fd)
 		__atomic_store_n(&c->tx->space_token, 0, __ATOMIC_SEQ_CST);
 		k = drain_tokens(fd);
 		avail = rx_avail(c, &head);
+		drained = 1;
 	}
-	dsock_hidden_set(&c->unbacked, avail > 0 && !__atomic_load_n(&c->rx->token, __ATOMIC_ACQUIRE));
+	/* Data with no token behind it is hidden from the kernel's readiness.
+	 * After a drain, the flag cannot be trusted: a producer may have set it
+	 * again and its token gone down the drain with the others. */
+	dsock_hidden_set(&c->unbacked,
+			 avail > 0 && (drained || !__atomic_load_n(&c->rx->token, __ATOMIC_ACQUIRE)));
 	return k;
 }
 
@@ -843,7 +848,12 @@ int shm_spurious_in(struct dsock_sock *s, int fd)
 		__atomic_store_n(&c->rx->token, 0, __ATOMIC_SEQ_CST);
 		__atomic_store_n(&c->tx->space_token, 0, __ATOMIC_SEQ_CST);
 		int k = drain_tokens(fd);
-		n = k == 0 && rx_avail(c, &head) == 0 ? 1 : 0;
+		int64_t avail = rx_avail(c, &head);
+		n = k == 0 && avail == 0 ? 1 : 0;
+		/* data came in meanwhile, and its token may have gone down the
+		 * drain: the kernel no longer shows it, our pollers must */
+		if (avail > 0)
+			dsock_hidden_set(&c->unbacked, 1);
 	} else {
 		n = 0; /* EOF or error: real */
 	}
