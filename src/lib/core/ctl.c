@@ -245,6 +245,20 @@ static void replay_one(int fd, struct dsock_sock *unused, void *arg)
 	dsock_sock_put(s);
 }
 
+/* In a fork child: the parent may already be gone (a daemonizing server),
+ * taking its listeners with it from the daemon's view; say which ones we
+ * hold, so connections to them can still be paired. */
+static void replay_listener(int fd, struct dsock_sock *unused, void *arg)
+{
+	struct dsock_sock *s = dsock_fdt_get(fd);
+
+	if (!s)
+		return;
+	if (s->ev && s->state == DSOCK_ST_LISTENING)
+		send_event_locked(s, fd, s->ev, 0);
+	dsock_sock_put(s);
+}
+
 static void ctl_reconnect_locked(void)
 {
 	if (atomic_load(&ctl_fd) >= 0 || now_ns() < ctl_next_try_ns)
@@ -276,7 +290,8 @@ void dsock_ctl_fork_child(int ppid)
 	if (fd >= 0)
 		dsock_real.close(fd); /* our copy only; the parent keeps its own */
 	if (ctl_trylock()) {
-		ctl_connect_locked(DSOCK_HELLO_FORKED, ppid);
+		if (ctl_connect_locked(DSOCK_HELLO_FORKED, ppid) == 0)
+			dsock_fdt_walk(replay_listener, NULL);
 		ctl_unlock();
 	}
 	DSOCK_GUARD_EXIT();
