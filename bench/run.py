@@ -13,6 +13,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--build", default="build")
 ap.add_argument("--secs", type=int, default=3)
 ap.add_argument("--out", default="bench/out")
+ap.add_argument("--only", default="", help="run only experiments whose name contains this")
 args = ap.parse_args()
 BUILD = os.path.abspath(args.build)
 DSOCK = os.path.join(BUILD, "bin", "dsock")
@@ -51,11 +52,15 @@ def attempt(fn, *a):
         print(f"  {fn.__name__}{a}: failed: {e}", file=sys.stderr)
         return None
 
-def pair(fn, *a):
+def pair(fn, *a, name=""):
+    if args.only and args.only not in name:
+        return None, None
     n, d = attempt(fn, "native", *a), attempt(fn, "dsock", *a)
     return n, d
 
 def record(name, unit, native, dsock, raw=None, better="lower"):
+    if args.only and args.only not in name:
+        return
     r = {"experiment": name, "unit": unit, "native": native, "dsock": dsock, "raw": raw, "better": better}
     results.append(r)
     print(f"  {name}: native {native} dsock {dsock} raw {raw} {unit}", file=sys.stderr, flush=True)
@@ -74,6 +79,23 @@ def sockperf_tp(mode, size=14):
     out = run(["sockperf", "throughput", "--tcp", "-i", "127.0.0.1", "-p", str(p), "-m", str(size), "-t", str(S)], mode).stdout
     stop(srv)
     return int(re.search(r"Message Rate is (\d+)", out).group(1))
+
+def pairs(mode, n=4):
+    # n sockperf ping-pong pairs at once (8 processes on 2 cores): total
+    # round trips per second and the worst p99
+    ports = [port() for _ in range(n)]
+    srvs = [start(["sockperf", "server", "--tcp", "-i", "127.0.0.1", "-p", str(p)], mode, port=p) for p in ports]
+    pre = [DSOCK, "run", "--"] if mode == "dsock" else []
+    clis = [subprocess.Popen(pre + ["sockperf", "ping-pong", "--tcp", "-i", "127.0.0.1", "-p", str(p), "-m", "14",
+                                    "-t", str(S)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for p in ports]
+    outs = [c.communicate(timeout=S * 10 + 30)[0] for c in clis]
+    for srv in srvs:
+        stop(srv)
+    rate = sum(int(re.search(r"ReceivedMessages=(\d+)", o).group(1)) /
+               float(re.search(r"RunTime=([\d.]+)", o).group(1)) for o in outs)
+    p99 = max(float(re.search(r"percentile 99.000 =\s+([\d.]+)", o).group(1)) for o in outs)
+    return round(rate), p99
 
 def iperf(mode, streams=1):
     p = port()
@@ -127,27 +149,30 @@ t = cpu(); time.sleep({S}); print((cpu() - t) / {S} * 100)
 
 run([DSOCK, "run", "--", "true"], "native")
 print("running (about %d s)..." % (S * 24), file=sys.stderr)
-rp50, rp99 = raw("pingpong")
+rp50, rp99 = raw("pingpong") if not args.only or "ping-pong 14 B" in args.only else (None, None)
 pick = lambda v, i: v[i] if v else None
-n, d = pair(sockperf_pp)
+n, d = pair(sockperf_pp, name="sockperf TCP ping-pong 14 B, p50 one-way, unpinned p99")
 record("sockperf TCP ping-pong 14 B, p50 one-way, unpinned", "us", pick(n, 0), pick(d, 0), rp50)
 record("sockperf TCP ping-pong 14 B, p99 one-way, unpinned", "us", pick(n, 1), pick(d, 1), rp99)
-n, d = pair(sockperf_pp, "0")
+n, d = pair(sockperf_pp, "0", name="sockperf TCP ping-pong 14 B, p50 one-way, both on CPU 0")
 record("sockperf TCP ping-pong 14 B, p50 one-way, both on CPU 0", "us", pick(n, 0), pick(d, 0))
-n, d = pair(sockperf_tp)
-record("sockperf TCP throughput 14 B", "msg/s", n, d, raw("stream"), "higher")
-n, d = pair(sockperf_tp, 1024)
+n, d = pair(sockperf_tp, name="sockperf TCP throughput 14 B")
+record("sockperf TCP throughput 14 B", "msg/s", n, d, raw("stream") if n or d else None, "higher")
+n, d = pair(sockperf_tp, 1024, name="sockperf TCP throughput 1 KiB")
 record("sockperf TCP throughput 1 KiB", "msg/s", n, d, None, "higher")
-n, d = pair(iperf)
+n, d = pair(iperf, name="iperf3 1 stream")
 record("iperf3 1 stream", "Gbit/s", n, d, None, "higher")
-n, d = pair(redis_get)
+n, d = pair(redis_get, name="redis-benchmark GET, 1 client, p50")
 record("redis-benchmark GET, 1 client, p50", "us", pick(n, 0), pick(d, 0))
 record("redis-benchmark GET, 1 client", "req/s", pick(n, 1), pick(d, 1), None, "higher")
-n, d = pair(nginx_small)
+n, d = pair(nginx_small, name="nginx 90 B file, wrk 1 connection, p50")
 record("nginx 90 B file, wrk 1 connection, p50", "us", pick(n, 0), pick(d, 0))
 record("nginx 90 B file, wrk 1 connection", "req/s", pick(n, 1), pick(d, 1), None, "higher")
-n, d = pair(idle_cpu)
+n, d = pair(idle_cpu, name="CPU of a process holding 1,000 idle connections")
 record("CPU of a process holding 1,000 idle connections", "% of a core", n, d)
+n, d = pair(pairs, name="4 ping-pong pairs on 2 cores")
+record("4 ping-pong pairs on 2 cores, total", "round trips/s", pick(n, 0), pick(d, 0), None, "higher")
+record("4 ping-pong pairs on 2 cores, worst p99 one-way", "us", pick(n, 1), pick(d, 1))
 subprocess.run([DSOCK, "stop"], env=ENV, capture_output=True)
 
 os.makedirs(args.out, exist_ok=True)
