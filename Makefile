@@ -42,7 +42,7 @@ san: $(DSOCKD) $(DSOCK) $(UNIT)
 # object loaded, which an LD_PRELOAD library into an arbitrary program is not.
 $(BUILD)/obj/pic/%.o: src/%.c $(wildcard src/*/*.h src/lib/*/*.h src/lib/*/*/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -DDSOCK_LIB -c $< -o $@
+	$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec -c $< -o $@
 
 $(BUILD)/obj/bin/%.o: src/%.c $(wildcard src/*/*.h src/lib/*/*.h src/lib/*/*/*.h)
 	@mkdir -p $(dir $@)

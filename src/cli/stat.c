@@ -38,7 +38,7 @@ static const char *field(const char *rec, const char *key, char *out, size_t n)
 static void print_line(const char *text, void *arg)
 {
 	int raw = *(int *)arg;
-	char a[64], b[64], c[64], d[64], e[64], f[64], g[64], h[64], i[64];
+	char a[64], b[64], c[64], d[64], e[64], f[64], g[64], h[64];
 
 	if (raw) {
 		puts(text);
@@ -69,7 +69,6 @@ static void print_line(const char *text, void *arg)
 		       field(text, "local", d, 64), field(text, "peer", e, 64),
 		       field(text, "path", f, 64), field(text, "reason", g, 64),
 		       field(text, "via", h, 64));
-		(void)i;
 	}
 }
 

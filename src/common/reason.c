@@ -11,7 +11,6 @@ const char *dsock_reason_name(unsigned r)
 		[DSOCK_R_DENIED_RULE] = "denied-by-rule",
 		[DSOCK_R_PROG_DISABLED] = "program-disabled",
 		[DSOCK_R_INHERITED] = "inherited",
-		[DSOCK_R_FASTPATH_OFF] = "fast-path-disabled",
 		[DSOCK_R_PENDING] = "pairing-pending",
 		[DSOCK_R_NO_DAEMON] = "no-daemon",
 		[DSOCK_R_PEER_PLAIN] = "peer-not-dsock",
@@ -19,7 +18,6 @@ const char *dsock_reason_name(unsigned r)
 		[DSOCK_R_NOT_ESTABLISHED] = "not-established",
 		[DSOCK_R_RESOURCE] = "no-resources",
 		[DSOCK_R_FORKED] = "forked-while-pending",
-		[DSOCK_R_DATA_GONE] = "closed-while-pending",
 		[DSOCK_R_FAULT] = "shm-fault-reset",
 	};
 	return r < DSOCK_R_MAX ? n[r] : "?";

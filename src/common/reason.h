@@ -12,7 +12,6 @@ enum dsock_reason {
 	DSOCK_R_DENIED_RULE,   /* an allow/deny rule excludes it */
 	DSOCK_R_PROG_DISABLED, /* dsock is disabled for this program */
 	DSOCK_R_INHERITED,     /* inherited across exec, state unknown */
-	DSOCK_R_FASTPATH_OFF,  /* DSOCK_FASTPATH=0 */
 	DSOCK_R_PENDING,       /* offered to the daemon, no answer yet */
 	DSOCK_R_NO_DAEMON,     /* the daemon could not be reached */
 	DSOCK_R_PEER_PLAIN,    /* no dsock process can hold the other end */
@@ -20,7 +19,6 @@ enum dsock_reason {
 	DSOCK_R_NOT_ESTABLISHED, /* the socket was not an established TCP connection */
 	DSOCK_R_RESOURCE,      /* memory or fds for the rings were not available */
 	DSOCK_R_FORKED,        /* forked or exec'ed while the pairing was pending */
-	DSOCK_R_DATA_GONE,     /* closed or shut down before the pairing completed */
 	DSOCK_R_FAULT,         /* the shared memory broke its rules: reset */
 	DSOCK_R_MAX,
 };

@@ -6,6 +6,8 @@
 #ifndef DSOCK_ENV_H
 #define DSOCK_ENV_H
 
+#include "lib/transport/shm/shm.h" /* dsock_shm_exec_env: hand-over at exec */
+
 #include <stddef.h>
 
 #define DSOCK_ENV_SAVED_MAX 32
@@ -33,7 +35,5 @@ char *const *dsock_env_fix(char *const envp[], char **out, size_t cap, char *sbu
 	char *const *name = dsock_env_fix(envp, name##_v, name##_cap, name##_s, sizeof(name##_s), \
 					  name##_xl ? (name##_x[name##_xl] = '\0', name##_x) : NULL)
 
-size_t dsock_shm_exec_env(char *buf, size_t n);
-void dsock_shm_exec_failed(void);
 
 #endif

@@ -401,32 +401,23 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 		pthread_mutex_unlock(&c->mu);
 		return r < 0 ? -err : r;
 	}
+	/* an address on a connected TCP socket is ignored, as Linux does */
+	if (m->msg_iovlen > IOV_MAX)
+		return -EMSGSIZE;
 	if (lock_shared(&c->tx->tx_lock))
 		return shm_fault(s, fd, "lock held forever");
-	if (!shm_active(c)) {
-		/* attached, the peer not yet: kernel, under the lock a switch takes */
+	/* attached but the peer not yet (-EAGAIN here), or not switched now
+	 * (kernel backpressure, or shut down): the kernel answers, under the
+	 * lock a switch takes, blocking, EPIPE and SIGPIPE included */
+	err = shm_active(c) ? switch_tx_locked(c, fd) : -EAGAIN;
+	if (err == -EAGAIN || err == -EPIPE) {
 		r = dsock_real.sendmsg(fd, m, flags);
 		err = errno;
 		unlock_shared(&c->tx->tx_lock);
 		return r < 0 ? -err : r;
 	}
-	unlock_shared(&c->tx->tx_lock);
-	/* an address on a connected TCP socket is ignored, as Linux does */
-	if (m->msg_iovlen > IOV_MAX)
-		return -EMSGSIZE;
-	if ((err = lock_shared(&c->tx->tx_lock)))
-		return shm_fault(s, fd, "lock held forever");
-	if ((err = switch_tx_locked(c, fd))) {
-		if (err == -EAGAIN || err == -EPIPE) {
-			/* not switched (kernel backpressure, or shut down): the
-			 * kernel answers, blocking, EPIPE and SIGPIPE included */
-			r = dsock_real.sendmsg(fd, m, flags);
-			err = errno;
-			unlock_shared(&c->tx->tx_lock);
-			return r < 0 ? -err : r;
-		}
+	if (err)
 		goto out;
-	}
 	if (__atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE) && (err = peer_closed_probe(fd, flags)))
 		goto out;
 	/* after our own SHUT_WR, or once the peer closed: the kernel decides

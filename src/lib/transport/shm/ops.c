@@ -8,18 +8,13 @@ int shm_hidden_readable(struct dsock_sock *s)
 	return c && c->state == SC_ATTACHED && c->unbacked && shm_readable(s, -1) > 0;
 }
 
-static long readable(struct dsock_sock *s, int fd)
-{
-	return shm_readable(s, fd);
-}
-
 const struct dsock_transport dsock_shm_transport = {
 	.name = "shm",
 	.offer = shm_offer,
 	.sendmsg = shm_sendmsg,
 	.recvmsg = shm_recvmsg,
 	.shutdown = shm_shutdown,
-	.readable = readable,
+	.readable = shm_readable,
 	.hidden_readable = shm_hidden_readable,
 	.spurious_in = shm_spurious_in,
 	.closing = shm_closing,
