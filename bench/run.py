@@ -68,7 +68,7 @@ def record(name, unit, native, dsock, raw=None, better="lower"):
 def sockperf_pp(mode, pin=None, size=14):
     p = port()
     srv = start(["sockperf", "server", "--tcp", "-i", "127.0.0.1", "-p", str(p)], mode, pin)
-    out = run(["sockperf", "ping-pong", "--tcp", "-i", "127.0.0.1", "-p", str(p), "-m", str(size), "-t", str(S)], mode, pin).stdout
+    out = run(["sockperf", "ping-pong", "--tcp", "--mps", "5000000", "-i", "127.0.0.1", "-p", str(p), "-m", str(size), "-t", str(S)], mode, pin).stdout
     stop(srv)
     g = lambda pct: float(re.search(r"percentile %s =\s+([\d.]+)" % pct, out).group(1))
     return g("50.000"), g("99.000")
@@ -86,7 +86,7 @@ def pairs(mode, n=4):
     ports = [port() for _ in range(n)]
     srvs = [start(["sockperf", "server", "--tcp", "-i", "127.0.0.1", "-p", str(p)], mode, port=p) for p in ports]
     pre = [DSOCK, "run", "--"] if mode == "dsock" else []
-    clis = [subprocess.Popen(pre + ["sockperf", "ping-pong", "--tcp", "-i", "127.0.0.1", "-p", str(p), "-m", "14",
+    clis = [subprocess.Popen(pre + ["sockperf", "ping-pong", "--tcp", "--mps", "5000000", "-i", "127.0.0.1", "-p", str(p), "-m", "14",
                                     "-t", str(S)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for p in ports]
     outs = [c.communicate(timeout=S * 10 + 30)[0] for c in clis]

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define DSOCK_SHM_MAGIC    0x52485344u /* "DSHR" */
-#define DSOCK_SHM_VERSION  1
+#define DSOCK_SHM_VERSION  2
 #define DSOCK_SHM_HDR      4096u
 #define DSOCK_RING_MIN     (4u << 10)
 #define DSOCK_RING_MAX     (64u << 20)
@@ -46,10 +46,13 @@ struct dsock_shm_ring {
 	uint8_t pad0[DSOCK_CL - 16];
 	/* consumer's line */
 	uint64_t head;        /* bytes ever read */
+	uint32_t rx_lock;
+	uint8_t pad1[DSOCK_CL - 12];
+	/* consumer's lease line: read by the producer on every send, so it
+	 * is rewritten only when the lease really changes */
 	uint64_t hot_until;   /* consumer polls until this CLOCK_MONOTONIC ns:
 			       * no token needed before then */
-	uint32_t rx_lock;
-	uint8_t pad1[DSOCK_CL - 20];
+	uint8_t pad3[DSOCK_CL - 8];
 	/* shared line: set by the producer, cleared by the consumer */
 	uint32_t token;       /* a wake-up byte is in the consumer's kernel socket */
 	uint32_t space_seq;   /* futex word: bumped when the consumer frees space */

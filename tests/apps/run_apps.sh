@@ -44,7 +44,7 @@ if need sockperf; then
 		flag=$([ $proto = tcp ] && echo --tcp)
 		bg sockperf server $flag -i 127.0.0.1 -p "$P"
 		sleep 0.5
-		if "$DSOCK" run -- sockperf ping-pong $flag -i 127.0.0.1 -p "$P" -t 2 -m 64 --data-integrity \
+		if "$DSOCK" run -- sockperf ping-pong $flag -i 127.0.0.1 -p "$P" -t 2 -m 64 --mps 5000000 --data-integrity \
 			>"$T/sp.$proto" 2>&1 && grep -q "Summary: Latency" "$T/sp.$proto" && ! grep -qi "integrity.*fail\|data corruption" "$T/sp.$proto" \
 			&& registered sockperf; then
 			ok "sockperf $proto ping-pong --data-integrity ($(grep -o 'Summary: Latency is [0-9.]* usec' "$T/sp.$proto"))"

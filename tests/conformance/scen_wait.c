@@ -273,6 +273,29 @@ STREAM_SCEN(epoll_nested_and_in_poll)
 	ep_show("inner", inner, 0);
 }
 
+/* An epoll set is closed and its number reused for a socket that joins
+ * another set: nothing of the old set may leak into the new one (dsock
+ * once reported the old set's unread data for the new socket). */
+STREAM_SCEN(epoll_set_number_reused)
+{
+	int c1, s1, c2, s2, old = epoll_create1(0), ep = epoll_create1(0);
+	char b[4];
+
+	fam_pair(f, &c1, &s1);
+	fam_pair(f, &c2, &s2);
+	ep_add(old, s1, EPOLLIN, 0xc1);
+	send(c1, "ab", 2, 0);
+	msleep(10);
+	R("recv one of two", recv(s1, b, 1, 0));
+	ep_show("old set, one byte left", old, 0);
+	R("close old set", close(old));
+	R("dup2 onto its number", dup2(s2, old) == old ? 0 : -1);
+	ep_add(ep, old, EPOLLIN, 0xc2);
+	ep_show("new set, idle", ep, 0);
+	send(c2, "z", 1, 0);
+	ep_show("new set, data", ep, 1000);
+}
+
 STREAM_SCEN(epoll_ctl_errors)
 {
 	struct epoll_event ev = { .events = EPOLLIN };

@@ -208,8 +208,9 @@ int dsock_sock_close(int fd)
 			tp->closing(last, fd);
 		dsock_ctl_fd_lost((unsigned)fd, (unsigned)fd);
 		s = dsock_fdt_swap(fd, NULL);
-		dsock_epoll_forget_fd(fd);
 	}
+	/* any fd: an epoll set's number is reused once it is closed */
+	dsock_epoll_forget_fd(fd);
 	r = dsock_real.close(fd);
 	r = SYSRET(r);
 	if (s && s != DSOCK_FDT_FAIL)
@@ -219,8 +220,10 @@ int dsock_sock_close(int fd)
 
 int dsock_sock_close_range(unsigned first, unsigned last, int flags)
 {
-	if (first <= last && !(flags & CLOSE_RANGE_CLOEXEC))
+	if (first <= last && !(flags & CLOSE_RANGE_CLOEXEC)) {
 		untrack_range(first, last);
+		dsock_epoll_forget_range(first, last);
+	}
 	return SYSRET(dsock_real.close_range(first, last, flags));
 }
 
@@ -232,6 +235,8 @@ int dsock_sock_dup(int oldfd, int newfd, int flags, int how)
 	if ((how == DSOCK_DUP2 || how == DSOCK_DUP3) && oldfd != newfd && newfd >= 0 &&
 	    (dsock_fdt_peek(newfd) || newfd == dsock_ctl_fd()) && dsock_table_owner())
 		dsock_ctl_fd_lost((unsigned)newfd, (unsigned)newfd);
+	if ((how == DSOCK_DUP2 || how == DSOCK_DUP3) && oldfd != newfd)
+		dsock_epoll_forget_fd(newfd); /* closed by the dup, if open */
 	switch (how) {
 	case DSOCK_DUP_ANY:
 		r = dsock_real.dup(oldfd);

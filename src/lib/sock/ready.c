@@ -14,6 +14,7 @@
 
 _Atomic long dsock_hidden_readable;
 _Atomic long dsock_fastpath_conns;
+_Atomic int dsock_sleepers;
 
 #define DSOCK_POLL_SPIN_NS 50000L /* how long a poller polls before it sleeps */
 
@@ -124,16 +125,25 @@ out:
 	pthread_mutex_unlock(&mu);
 }
 
-void dsock_epoll_forget_fd(int fd)
+void dsock_epoll_forget_range(unsigned first, unsigned last)
 {
+	if (!__atomic_load_n(&nmembers, __ATOMIC_RELAXED))
+		return;
 	pthread_mutex_lock(&mu);
 	for (size_t i = 0; i < nmembers;) {
-		if (members[i].fd == fd || members[i].epfd == fd)
+		unsigned fd = (unsigned)members[i].fd, ep = (unsigned)members[i].epfd;
+		if ((fd >= first && fd <= last) || (ep >= first && ep <= last))
 			members[i] = members[--nmembers];
 		else
 			i++;
 	}
 	pthread_mutex_unlock(&mu);
+}
+
+void dsock_epoll_forget_fd(int fd)
+{
+	if (fd >= 0)
+		dsock_epoll_forget_range((unsigned)fd, (unsigned)fd);
 }
 
 /* Hidden-readable members of epfd (one level of nesting), as events. */
@@ -149,7 +159,8 @@ static int hidden_events(int epfd, struct epoll_event *out, int max, int depth)
 			continue;
 		if (!hidden(m->fd)) {
 			int inner = 0;
-			if (depth == 0) {
+			/* a socket is never an epoll set: only other fds may nest */
+			if (depth == 0 && !dsock_fdt_peek(m->fd)) {
 				pthread_mutex_unlock(&mu);
 				inner = hidden_events(m->fd, &tmp, 1, 1);
 				pthread_mutex_lock(&mu);
@@ -186,49 +197,67 @@ static int filter_spurious(int epfd, struct epoll_event *ev, int n)
 	return kept;
 }
 
+/* The kernel's events now (no waiting), with the hidden ones added. */
+static int epoll_now(int epfd, struct epoll_event *ev, int max)
+{
+	struct epoll_event hid[64];
+	int n, extra = 0;
+
+	if (atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0)
+		extra = hidden_events(epfd, hid, max < 64 ? max : 64, 0);
+	n = dsock_real.epoll_wait(epfd, ev, max, 0);
+	if (n < 0)
+		return -errno;
+	if (atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed))
+		n = filter_spurious(epfd, ev, n);
+	for (int i = 0; i < extra; i++) {
+		int j;
+		for (j = 0; j < n && ev[j].data.u64 != hid[i].data.u64; j++)
+			;
+		if (j < n)
+			ev[j].events |= EPOLLIN;
+		else if (n < max)
+			ev[n++] = hid[i];
+	}
+	return n;
+}
+
 int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		      const struct timespec *t, const sigset_t *m, int kind)
 {
-	int n, extra;
-	struct epoll_event hid[64];
+	int n;
+	int blocking = kind == DSOCK_EPW_PWAIT2 ? !t || t->tv_sec || t->tv_nsec : timeout_ms != 0;
 
 	if (max > 0 && atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0 &&
-	    (extra = hidden_events(epfd, hid, max < 64 ? max : 64, 0)) > 0) {
-		n = dsock_real.epoll_wait(epfd, ev, max, 0);
-		if (n < 0)
-			return -errno;
-		for (int i = 0; i < extra; i++) {
-			int j;
-			for (j = 0; j < n && ev[j].data.u64 != hid[i].data.u64; j++)
-				;
-			if (j < n)
-				ev[j].events |= EPOLLIN;
-			else if (n < max)
-				ev[n++] = hid[i];
-		}
+	    ((n = epoll_now(epfd, ev, max)) != 0 || !blocking))
 		return n;
-	}
-	/* With fast-path connections, poll the kernel's readiness for a
-	 * moment before sleeping: a token then lands on an awake core instead
-	 * of paying a cross-core wake-up (~35 us here).  The kernel's epoll
-	 * does all the work, so every epoll semantic stays its own. */
-	int blocking = kind == DSOCK_EPW_PWAIT2 ? !t || t->tv_sec || t->tv_nsec : timeout_ms != 0;
-	if (blocking && max > 0 && atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) > 0) {
+	/* With fast-path connections, poll the kernel's readiness (and the
+	 * rings of lingering receivers) for a moment before sleeping: a token
+	 * then lands on an awake core instead of paying a cross-core wake-up
+	 * (~35 us here).  The kernel's epoll does all the work, so every epoll
+	 * semantic stays its own. */
+	int fast = max > 0 && atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) > 0;
+	if (blocking && fast) {
 		struct timespec t0, tn;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		for (int spins = 0;; spins++) {
-			n = dsock_real.epoll_wait(epfd, ev, max, 0);
-			if (n < 0)
-				return -errno;
-			int kept = filter_spurious(epfd, ev, n);
-			if (kept)
-				return kept;
+			if ((n = epoll_now(epfd, ev, max)) != 0)
+				return n;
 			clock_gettime(CLOCK_MONOTONIC, &tn);
 			long el = (tn.tv_sec - t0.tv_sec) * 1000000000L + (tn.tv_nsec - t0.tv_nsec);
 			if (el > DSOCK_POLL_SPIN_NS || (timeout_ms > 0 && el >= timeout_ms * 1000000L))
 				break;
 			if (spins > 8)
 				sched_yield(); /* more runnable threads than cores: let them run */
+		}
+	}
+	if (blocking && fast) {
+		/* about to sleep: end the leases, then look once more */
+		atomic_fetch_add(&dsock_sleepers, 1);
+		dsock_transports_before_sleep();
+		if ((n = epoll_now(epfd, ev, max)) != 0) {
+			atomic_fetch_sub(&dsock_sleepers, 1);
+			return n;
 		}
 	}
 	for (;;) {
@@ -239,14 +268,18 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		else
 			n = dsock_real.epoll_wait(epfd, ev, max, timeout_ms);
 		if (n <= 0 || atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) == 0)
-			return n < 0 ? -errno : n;
+			break;
 		/* a token that outlived its data must not be reported */
-		int kept = filter_spurious(epfd, ev, n);
+		n = filter_spurious(epfd, ev, n);
 		/* all spurious: wait again (a slightly longer wait overall, never
 		 * an early return the kernel would not give) */
-		if (kept || timeout_ms == 0 || (kind == DSOCK_EPW_PWAIT2 && t && !t->tv_sec && !t->tv_nsec))
-			return kept;
+		if (n || timeout_ms == 0 || (kind == DSOCK_EPW_PWAIT2 && t && !t->tv_sec && !t->tv_nsec))
+			break;
 	}
+	int e = errno;
+	if (blocking && fast)
+		atomic_fetch_sub(&dsock_sleepers, 1);
+	return n < 0 ? -e : n;
 }
 
 /* ---- poll and select ------------------------------------------------- */
@@ -300,9 +333,15 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 	end = timeout_ms < 0 ? INT64_MAX : mono_ms() + timeout_ms;
 	for (;;) {
 		struct pollfd k[n ? n : 1];
-		int view[n ? n : 1], hidden_in = 0, r, ready = 0;
+		int view[n ? n : 1], hidden_in = 0, r, ready = 0, e;
 		int64_t left;
 
+		/* we may sleep: end the leases before looking (see ready.h) */
+		int sleeping = timeout_ms != 0;
+		if (sleeping) {
+			atomic_fetch_add(&dsock_sleepers, 1);
+			dsock_transports_before_sleep();
+		}
 		for (nfds_t i = 0; i < n; i++) {
 			k[i] = fds[i];
 			view[i] = fds[i].fd >= 0 ? transport_view(fds[i].fd, fds[i].events) : 0;
@@ -320,8 +359,11 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 		} else {
 			r = dsock_real.poll(k, n, (int)left);
 		}
+		e = errno;
+		if (sleeping)
+			atomic_fetch_sub(&dsock_sleepers, 1);
 		if (r < 0)
-			return -errno;
+			return -e;
 		for (nfds_t i = 0; i < n; i++) {
 			short ev = k[i].revents;
 			if (view[i] & 2) {

@@ -19,10 +19,16 @@ extern _Atomic long dsock_hidden_readable;
 /* Connections a transport carries now: pollers look closer while > 0. */
 extern _Atomic long dsock_fastpath_conns;
 
+/* Threads of this process asleep (or about to sleep) in the kernel while
+ * waiting on sockets: while > 0 no receiver keeps a lingering lease. */
+extern _Atomic int dsock_sleepers;
+
 void dsock_hidden_set(int *flag, int on);
 
 void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev);
+/* fd (or fds first..last) closed: forget it as a member and as a set. */
 void dsock_epoll_forget_fd(int fd);
+void dsock_epoll_forget_range(unsigned first, unsigned last);
 
 /* Each returns a count or -errno, like the call it serves. */
 int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, const sigset_t *m, int is_ppoll,

@@ -31,3 +31,10 @@ int dsock_transport_offer(struct dsock_sock *s, int fd, int role, unsigned *reas
 	}
 	return -ENOTSUP;
 }
+
+void dsock_transports_before_sleep(void)
+{
+	for (int i = 0; i < ntransports; i++)
+		if (transports[i]->before_sleep)
+			transports[i]->before_sleep();
+}

@@ -47,6 +47,10 @@ struct dsock_transport {
 	void (*want_space)(struct dsock_sock *s);
 	/* The last fd referring to the socket is gone. */
 	void (*release)(struct dsock_sock *s);
+	/* Process-wide: a thread of ours is about to sleep in the kernel
+	 * waiting on sockets (counted in dsock_sleepers): from now on every
+	 * arrival must show in the kernel's readiness. */
+	void (*before_sleep)(void);
 };
 
 #define DSOCK_TRANSPORTS_MAX 4
@@ -55,5 +59,7 @@ struct dsock_transport {
 int dsock_transport_register(const struct dsock_transport *t);
 /* Offers s to each transport; returns 0 when one took it. */
 int dsock_transport_offer(struct dsock_sock *s, int fd, int role, unsigned *reason);
+/* Calls each transport's before_sleep. */
+void dsock_transports_before_sleep(void);
 
 #endif

@@ -144,6 +144,7 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 	/* seq_cst: the peer switches only after it sees this */
 	__atomic_store_n(&c->me->attached, DSOCK_ATT_ATTACHED, __ATOMIC_SEQ_CST);
 	c->state = SC_ATTACHED;
+	c->fork_gen = dsock_shm_fork_gen;
 	atomic_fetch_add(&dsock_fastpath_conns, 1);
 	atomic_store(&c->attaching, 0);
 	pthread_mutex_unlock(&c->mu);
@@ -316,9 +317,11 @@ void shm_release(struct dsock_sock *s)
 		return;
 	if (c->state == SC_PENDING || c->state == SC_OFFER_DUE)
 		unlink_pending(c);
-	dsock_hidden_set(&c->unbacked, 0);
-	if (c->state == SC_ATTACHED)
+	if (c->state == SC_ATTACHED) {
+		shm_linger_forget(c);
 		atomic_fetch_sub(&dsock_fastpath_conns, 1);
+	}
+	dsock_hidden_set(&c->unbacked, 0);
 	if (c->h) {
 		if (c->me->attached != DSOCK_ATT_ATTACHED)
 			__atomic_store_n(&c->me->attached, DSOCK_ATT_REFUSED, __ATOMIC_RELEASE);
@@ -350,6 +353,10 @@ int shm_fault(struct dsock_sock *s, int fd, const char *what)
 /* ---- fork ------------------------------------------------------------------ */
 void dsock_shm_fork_prepare(void)
 {
+	/* connections from before the fork may be read by both processes: no
+	 * lease may outlive a recv on them any more */
+	shm_settle_lingering();
+	dsock_shm_fork_gen++;
 	/* held across the fork: no offer slips in between */
 	pthread_mutex_lock(&pending_mu);
 	for (struct shm_conn *c = pending; c; c = c->next)
@@ -464,6 +471,7 @@ void dsock_shm_adopt_inherited(void)
 			continue;
 		}
 		c->state = SC_ATTACHED;
+		c->fork_gen = dsock_shm_fork_gen - 1; /* the old program may hold it too */
 		atomic_fetch_add(&dsock_fastpath_conns, 1);
 		c->reported = 1;
 		c->tx_base = txb;

@@ -14,12 +14,14 @@
 #include <linux/tcp.h> /* the kernel's tcp_info: byte counters */
 #include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #define SPIN_NS 50000 /* poll the ring this long before sleeping */
+#define LINGER_NS 50000 /* a lease outlives the recv by this long */
 #define SPIN_PURE_NS 2000 /* of which this long without yielding */
 
 static inline void cpu_relax(void)
@@ -149,7 +151,25 @@ static int64_t tx_space(struct shm_conn *c, uint64_t *tail)
 	uint64_t h = __atomic_load_n(&c->tx->head, __ATOMIC_ACQUIRE); /* reads done before head */
 
 	*tail = t;
-	return t - h <= c->size ? (int64_t)(c->size - (t - h)) : -1;
+	if (t - h > c->size)
+		return -1;
+	c->tx_head = h;
+	return (int64_t)(c->size - (t - h));
+}
+
+/* The same for a sender (tx lock held) that needs `want` bytes: the
+ * consumer's head as last seen is enough while it leaves room, which
+ * spares a cache line that the consumer writes on every read.  (A stale
+ * head only understates the space.) */
+static int64_t tx_space_for(struct shm_conn *c, uint64_t *tail, size_t want)
+{
+	uint64_t t = __atomic_load_n(&c->tx->tail, __ATOMIC_RELAXED);
+
+	if (t - c->tx_head <= c->size && c->size - (t - c->tx_head) >= want) {
+		*tail = t;
+		return (int64_t)(c->size - (t - c->tx_head));
+	}
+	return tx_space(c, tail);
 }
 
 /* Copies n bytes between the ring at index idx and an iovec at offset off. */
@@ -273,9 +293,22 @@ static int drain_tokens(int fd)
 	}
 }
 
+/* Sets our lease as consumer.  Extending it is written only when less
+ * than half of it is left (the producer reads the line on every send);
+ * ending it is always followed by a full fence (the caller then looks at
+ * the ring: Dekker with ring_doorbell). */
 static void hot(struct shm_conn *c, int64_t until)
 {
-	__atomic_store_n(&c->rx->hot_until, (uint64_t)until, __ATOMIC_SEQ_CST);
+	int64_t cur = (int64_t)__atomic_load_n(&c->rx->hot_until, __ATOMIC_RELAXED);
+
+	if (until == 0) {
+		if (cur != 0)
+			__atomic_store_n(&c->rx->hot_until, 0, __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		return;
+	}
+	if (until == INT64_MAX || cur < until - SPIN_NS / 2)
+		__atomic_store_n(&c->rx->hot_until, (uint64_t)until, __ATOMIC_SEQ_CST);
 }
 
 /* Leaving the consumer side: no longer polling; keep the readiness the
@@ -306,6 +339,91 @@ static int rx_settle(struct shm_conn *c, int fd)
 	return k;
 }
 
+/* ---- lingering leases (see shm.h) ---------------------------------------- */
+unsigned dsock_shm_fork_gen;
+static pthread_mutex_t linger_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct shm_conn **linger;
+static size_t nlinger, linger_cap;
+
+/* Tries a shared lock once. */
+static int trylock_shared(uint32_t *w)
+{
+	uint32_t cur = 0;
+	return __atomic_compare_exchange_n(w, &cur, (uint32_t)my_tid(), 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+
+/* Leaving recv (rx lock held): keep the lease, or settle as usual.  The
+ * lease is kept only while no thread of ours sleeps in the kernel (Dekker
+ * with shm_settle_lingering: we publish the lease, then look for sleepers;
+ * a sleeper counts itself, then settles the list).  Returns as rx_settle. */
+static int rx_leave(struct shm_conn *c, int fd)
+{
+	if (c->fork_gen == dsock_shm_fork_gen && !c->wr_shut &&
+	    !__atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE)) {
+		hot(c, shm_now_ns() + LINGER_NS);
+		/* pollers of ours look at the ring from now on */
+		dsock_hidden_set(&c->unbacked, 1);
+		if (!c->lingering) {
+			pthread_mutex_lock(&linger_mu);
+			if (nlinger == linger_cap) {
+				size_t ncap = linger_cap ? linger_cap * 2 : 16;
+				struct shm_conn **n = realloc(linger, ncap * sizeof(*n));
+				if (n) {
+					linger = n;
+					linger_cap = ncap;
+				}
+			}
+			if (nlinger < linger_cap) {
+				linger[nlinger++] = c;
+				c->lingering = 1;
+			}
+			pthread_mutex_unlock(&linger_mu);
+		}
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (c->lingering && atomic_load(&dsock_sleepers) == 0)
+			return 0;
+	}
+	return rx_settle(c, fd);
+}
+
+/* Ends every lease: a producer tokens from now on.  Data that arrived
+ * under a lease stays visible to our pollers (unbacked), whatever the token
+ * flag says (one may have gone down a drain).  A connection whose rx lock
+ * is busy is settled by its holder when it leaves (it sees the sleeper). */
+void shm_settle_lingering(void)
+{
+	size_t kept = 0;
+
+	pthread_mutex_lock(&linger_mu);
+	for (size_t i = 0; i < nlinger; i++) {
+		struct shm_conn *c = linger[i];
+		uint64_t head;
+		if (!trylock_shared(&c->rx->rx_lock)) {
+			linger[kept++] = c;
+			continue;
+		}
+		hot(c, 0);
+		dsock_hidden_set(&c->unbacked, rx_avail(c, &head) != 0);
+		c->lingering = 0;
+		unlock_shared(&c->rx->rx_lock);
+	}
+	nlinger = kept;
+	pthread_mutex_unlock(&linger_mu);
+}
+
+void shm_linger_forget(struct shm_conn *c)
+{
+	pthread_mutex_lock(&linger_mu);
+	for (size_t i = 0; i < nlinger; i++) {
+		if (linger[i] == c) {
+			linger[i] = linger[--nlinger];
+			break;
+		}
+	}
+	c->lingering = 0;
+	pthread_mutex_unlock(&linger_mu);
+}
+
 _Atomic long dsock_shm_ring_conns;
 
 static void count_ring_use(struct shm_conn *c)
@@ -314,6 +432,11 @@ static void count_ring_use(struct shm_conn *c)
 		c->used_ring = 1;
 		atomic_fetch_add(&dsock_shm_ring_conns, 1);
 	}
+}
+
+static int err_is_fatal(int err)
+{
+	return err && err != -EAGAIN && err != -EINTR;
 }
 
 /* ---- send ----------------------------------------------------------------- */
@@ -426,7 +549,7 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 		goto out;
 	while (done < total) {
 		uint64_t tail;
-		int64_t space = tx_space(c, &tail);
+		int64_t space = tx_space_for(c, &tail, total - done);
 
 		if (space < 0) {
 			unlock_shared(&c->tx->tx_lock);
@@ -470,7 +593,9 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 		done += n;
 		count_ring_use(c);
 		ring_doorbell(c, fd);
-		__atomic_store_n(&c->me->cpu, (uint32_t)sched_getcpu() + 1, __ATOMIC_RELAXED);
+		uint32_t cpu = (uint32_t)sched_getcpu() + 1;
+		if (__atomic_load_n(&c->me->cpu, __ATOMIC_RELAXED) != cpu)
+			__atomic_store_n(&c->me->cpu, cpu, __ATOMIC_RELAXED);
 	}
 out:
 	unlock_shared(&c->tx->tx_lock);
@@ -661,15 +786,17 @@ static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int fl
 			    __atomic_load_n(&c->peer->cpu, __ATOMIC_RELAXED) == (uint32_t)sched_getcpu() + 1)
 				sched_yield(); /* (at once when the peer shares our CPU) */
 			else
-				for (int i = 0; i < 64; i++)
-					cpu_relax();
+				for (int i = 0; i < 4; i++)
+					cpu_relax(); /* ~11 ns each here */
 			continue;
 		}
 		/* sleep in the kernel: a token, FIN or RST wakes us; the kernel
 		 * applies SO_RCVTIMEO and signal restart rules exactly as for a
 		 * plain recv, because this is one */
+		atomic_fetch_add(&dsock_sleepers, 1);
 		rx_settle(c, fd);
 		if (rx_avail(c, &head) > 0) {
+			atomic_fetch_sub(&dsock_sleepers, 1);
 			spin_end = 0;
 			continue;
 		}
@@ -678,6 +805,7 @@ static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int fl
 		ssize_t r = dsock_real.recv(fd, &t, 1, MSG_PEEK);
 		next_check = 0;
 		int e = errno;
+		atomic_fetch_sub(&dsock_sleepers, 1);
 		if (lock_shared(&c->rx->rx_lock))
 			return shm_fault(s, fd, "lock held forever");
 		spin_end = 0;
@@ -688,7 +816,7 @@ static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int fl
 		/* data, token, EOF or error: look again */
 	}
 	if (c->state == SC_ATTACHED && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
-		int k = rx_settle(c, fd);
+		int k = !eof && !err_is_fatal(err) ? rx_leave(c, fd) : rx_settle(c, fd);
 		if (k < 0 && !got && !eof && !err)
 			err = k;
 	} else {
@@ -767,6 +895,7 @@ void shm_closing(struct dsock_sock *s, int fd)
 	__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
 	if (!shm_active(c))
 		return;
+	shm_linger_forget(c); /* no settle may end the lease set below */
 	if (rx_avail(c, &head) != 0) {
 		struct linger lg = { 1, 0 };
 		dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));

@@ -23,4 +23,5 @@ const struct dsock_transport dsock_shm_transport = {
 	.sockopt = shm_sockopt,
 	.want_space = shm_want_space,
 	.release = shm_release,
+	.before_sleep = shm_settle_lingering,
 };

@@ -38,9 +38,12 @@ struct shm_conn {
 	size_t map_len;
 	uint32_t size;       /* ring size, read once at attach, never again */
 	unsigned char *txd, *rxd;
+	uint64_t tx_head;    /* the consumer's head as we last saw it */
 	struct dsock_shm_ring *tx, *rx;
 	struct dsock_shm_side *me, *peer;
 	int unbacked;        /* rx ring has data that no token backs */
+	int lingering;       /* on the linger list: our lease outlives a recv */
+	unsigned fork_gen;   /* dsock_shm_fork_gen when attached (in this process) */
 	int app_nodelay, nodelay_saved; /* TCP_NODELAY as the application set it */
 	int64_t tx_base, rx_base; /* the kernel's byte counters before any
 				   * application byte moved (the SYN may count) */
@@ -116,5 +119,16 @@ int shm_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void 
 int shm_hidden_readable(struct dsock_sock *s);
 
 int64_t shm_now_ns(void);
+
+/* Lingering leases (data.c).  A receiver leaves its connection "hot" for a
+ * moment after a recv, so a producer sending meanwhile skips the wake-up
+ * token (a system call on each side).  The price: our own pollers must look
+ * at those rings, and before any of our threads sleeps in the kernel the
+ * leases are ended (shm_settle_lingering) so that data arriving afterwards
+ * is tokened again.  Only connections used by this one process linger: a
+ * fork bumps the generation, and older connections settle at once. */
+extern unsigned dsock_shm_fork_gen;
+void shm_settle_lingering(void);
+void shm_linger_forget(struct shm_conn *c);
 
 #endif
