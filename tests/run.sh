@@ -79,6 +79,7 @@ step "conformance (native vs dsock, fast path on)" conformance
 step "conformance (native vs dsock, fast path off)" conformance_kernel
 step "conformance harness self-test" harness_selftest
 step "daemon and CLI" daemon_tests
+step "faults: SIGKILL, dsockd restart, hostile peer, namespaces" python3 tests/faults/test_faults.py "$BUILD"
 step "real programs under dsock" tests/apps/run_apps.sh "$BUILD"
 
 [ ${#FAILED[@]} -gt 0 ] && echo "failed steps: ${FAILED[*]}"

@@ -1,0 +1,310 @@
+#!/usr/bin/env python3
+"""Faults on the fast path, end to end, with real processes under dsock:
+
+  1. SIGKILL of the receiver in the middle of a transfer: the sender gets
+     EPIPE or ECONNRESET promptly;
+  2. SIGKILL of the sender: the receiver gets EOF or ECONNRESET promptly;
+  3. dsockd killed under an established fast-path connection: it keeps
+     working; a new connection falls back to the kernel (no-daemon); once a
+     daemon is back, the next new connection is upgraded again;
+  4. a hostile peer scribbles over the ring indices of one connection: the
+     victim gets ECONNRESET on that one, logs it, does not crash, and its
+     other connection to the same peer keeps working; a peer that never
+     returns window cannot hang a sender that has SO_SNDTIMEO;
+  5. client and server in different network namespaces (root only): the
+     connection works and stays on the kernel.
+
+Each check prints ok/FAIL; exit 0 on pass; last line 'faults: N passed, N failed'."""
+import os, shutil, signal, subprocess, sys, tempfile, time
+
+BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+DSOCK = os.path.join(BUILD, "bin", "dsock")
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+tmp = tempfile.mkdtemp(prefix="dsock-faults-")
+SOCK = os.path.join(tmp, "d.sock")
+ENV = dict(os.environ, DSOCK_SOCKET=SOCK, DSOCK_FASTPATH="1", PYTHONUNBUFFERED="1")
+results = []
+procs = []
+
+
+def check(name, cond, detail=""):
+    results.append(bool(cond))
+    print(("ok   " if cond else "FAIL ") + name + ("" if cond else "  " + str(detail)[-600:]), flush=True)
+
+
+def under_dsock(code, *args, env=None, prefix=()):
+    p = subprocess.Popen([*prefix, DSOCK, "run", "--", PY, "-c", code, *map(str, args)], env=env or ENV,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs.append(p)
+    return p
+
+
+def line(p, secs=10):
+    """The next stdout line of p, or '' after secs."""
+    import select
+    end = time.time() + secs
+    while time.time() < end:
+        r, _, _ = select.select([p.stdout], [], [], max(0.0, end - time.time()))
+        if r:
+            return p.stdout.readline().strip()
+    return ""
+
+
+def stat():
+    r = subprocess.run([DSOCK, "stat", "--raw"], env=ENV, capture_output=True, text=True, timeout=20)
+    return r.stdout
+
+
+def paths_of(pid):
+    return [l for l in stat().splitlines() if l.startswith("sock pid=%d " % pid) and "state=connected" in l]
+
+
+def on_shm(pid, n=1, secs=5):
+    end = time.time() + secs
+    while time.time() < end:
+        if sum("path=shm" in l for l in paths_of(pid)) >= n:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def daemon_pid():
+    try:
+        return int(open(SOCK + ".lock").read().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+# A server: accepts connections and, per line on stdin, acts on one of them.
+SERVER = r'''
+import socket, sys, os, threading, time, mmap
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(16)
+print(l.getsockname()[1], flush=True)
+conns = []
+def acceptor():
+    while True:
+        a, _ = l.accept(); conns.append(a); print("accepted", len(conns), flush=True)
+threading.Thread(target=acceptor, daemon=True).start()
+def echo(a):
+    while True:
+        b = a.recv(65536)
+        if not b: return
+        a.sendall(b)
+for cmd in sys.stdin:
+    cmd = cmd.split()
+    if cmd[0] == "sink":            # read and discard, forever
+        a = conns[int(cmd[1])]
+        threading.Thread(target=lambda: [None for _ in iter(lambda: a.recv(65536), b"")], daemon=True).start()
+    elif cmd[0] == "echo":
+        threading.Thread(target=echo, args=(conns[int(cmd[1])],), daemon=True).start()
+    elif cmd[0] == "scribble":      # a hostile peer: garbage into the ring indices
+        fds = [int(f) for f in os.listdir("/proc/self/fd")
+               if "dsock-conn" in (os.readlink("/proc/self/fd/" + f) if os.path.exists("/proc/self/fd/" + f) else "")]
+        for f in fds[:1]:
+            fd = os.open("/proc/self/fd/%d" % f, os.O_RDWR)
+            m = mmap.mmap(fd, 4096)
+            for ring in (192, 448):     # tail and head of both rings
+                m[ring:ring + 8] = (0xFFFFFFFF00000000 + ring).to_bytes(8, "little")
+                m[ring + 64:ring + 72] = (0x7FFFFFFF00000000).to_bytes(8, "little")
+            m.close(); os.close(fd)
+        print("scribbled", len(fds), flush=True)
+    print("done", flush=True)
+'''
+
+# A client: connects n times, and acts per line on stdin.
+CLIENT = r'''
+import socket, sys, time, errno, os
+port = int(sys.argv[1])
+cs = []
+for cmd in sys.stdin:
+    cmd = cmd.split()
+    try:
+        if cmd[0] == "connect":
+            cs.append(socket.create_connection(("127.0.0.1", port)))
+            print("connected", len(cs) - 1, flush=True); continue
+        c = cs[int(cmd[1])]
+        if cmd[0] == "flood":         # send until the connection fails
+            t0 = None; buf = b"x" * 65536
+            print("flooding", flush=True)
+            while True:
+                c.sendall(buf)
+        elif cmd[0] == "pingpong":    # n echo round trips, checked
+            for i in range(int(cmd[2])):
+                m = b"%08d" % i; c.sendall(m); got = b""
+                while len(got) < len(m):
+                    got += c.recv(len(m) - len(got))
+                assert got == m, (got, m)
+            print("pingpong ok", flush=True)
+        elif cmd[0] == "recvnb":      # one nonblocking read
+            c.setblocking(False); print("recv", c.recv(100), flush=True)
+        elif cmd[0] == "sendtimeo":   # the peer never reads: a bounded send
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, b"\x00\x00\x00\x00\x00\x00\x00\x00\x20\xa1\x07\x00\x00\x00\x00\x00")
+            t0 = time.time(); sent = 0
+            try:
+                while time.time() - t0 < 10:
+                    sent += c.send(b"y" * 65536)
+            except OSError as e:
+                print("sendtimeo", errno.errorcode.get(e.errno), round(time.time() - t0, 2), sent, flush=True)
+                continue
+            print("sendtimeo none", round(time.time() - t0, 2), flush=True)
+    except (OSError, AssertionError) as e:
+        print("error", errno.errorcode.get(getattr(e, "errno", 0), repr(e)), time.monotonic(), flush=True)
+'''
+
+SINK = r'''
+import socket, sys, time
+port = int(sys.argv[1])
+c = socket.create_connection(("127.0.0.1", port))
+print("connected", flush=True)
+n = 0
+while True:
+    b = c.recv(65536)
+    if not b: break
+    n += len(b)
+print("eof", time.monotonic(), n, flush=True)
+'''
+
+try:
+    # ---- 1. SIGKILL the receiver in the middle of a transfer -------------------
+    srv = under_dsock(SERVER)
+    port = int(line(srv))
+    cli = under_dsock(CLIENT, port)
+    cli.stdin.write("connect\n"); cli.stdin.flush()
+    line(cli); line(srv)
+    srv.stdin.write("echo 0\n"); srv.stdin.flush(); line(srv)
+    cli.stdin.write("pingpong 0 50\n"); cli.stdin.flush(); line(cli)
+    check("1. connection on the fast path", on_shm(cli.pid), paths_of(cli.pid))
+    # the client floods and never reads: the echo stalls, so the client ends
+    # up blocked in send when the server dies
+    cli.stdin.write("flood 0\n"); cli.stdin.flush(); line(cli)
+    time.sleep(0.3)
+    os.kill(srv.pid, signal.SIGKILL)  # `dsock run` execs the program: same pid
+    t_kill = time.monotonic()
+    out = line(cli, 10).split()
+    check("1. SIGKILL of the receiver: the sender gets EPIPE/ECONNRESET",
+          out[:1] == ["error"] and out[1] in ("EPIPE", "ECONNRESET"), out)
+    if out[:1] == ["error"]:
+        check("1. ... within 2 s", float(out[2]) - t_kill < 2.0, float(out[2]) - t_kill)
+    cli.kill()
+
+    # ---- 2. SIGKILL the sender -------------------------------------------------
+    flood = r'''
+import socket, sys
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(); print(l.getsockname()[1], flush=True)
+a, _ = l.accept(); print("accepted", flush=True)
+while True: a.sendall(b"z" * 65536)
+'''
+    snd = under_dsock(flood)
+    port2 = int(line(snd))
+    sink2 = under_dsock(SINK, port2)
+    line(sink2); line(snd)
+    check("2. connection on the fast path", on_shm(sink2.pid), paths_of(sink2.pid))
+    time.sleep(0.3)
+    os.kill(snd.pid, signal.SIGKILL)
+    t_kill = time.monotonic()
+    out = line(sink2, 10).split()
+    check("2. SIGKILL of the sender: the receiver gets EOF", out[:1] == ["eof"], out + [sink2.stderr.read(300) if sink2.poll() is not None else ""])
+    if out[:1] == ["eof"]:
+        check("2. ... within 2 s, after %s bytes" % out[2], float(out[1]) - t_kill < 2.0, float(out[1]) - t_kill)
+    sink2.kill()
+
+    # ---- 3. dsockd killed and restarted under load ----------------------------
+    srv = under_dsock(SERVER)
+    port = int(line(srv))
+    cli = under_dsock(CLIENT, port)
+    cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
+    srv.stdin.write("echo 0\n"); srv.stdin.flush(); line(srv)
+    cli.stdin.write("pingpong 0 50\n"); cli.stdin.flush(); line(cli)
+    check("3. connection on the fast path", on_shm(cli.pid), paths_of(cli.pid))
+    dpid = daemon_pid()
+    os.kill(dpid, signal.SIGKILL)
+    time.sleep(0.2)
+    cli.stdin.write("pingpong 0 2000\n"); cli.stdin.flush()
+    check("3. established connection works with dsockd dead (2000 round trips)", line(cli) == "pingpong ok")
+    cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
+    srv.stdin.write("echo 1\n"); srv.stdin.flush(); line(srv)
+    cli.stdin.write("pingpong 1 200\n"); cli.stdin.flush()
+    check("3. new connection with no daemon works (kernel)", line(cli) == "pingpong ok")
+    subprocess.run([DSOCK, "run", "--", "true"], env=ENV, timeout=30)  # starts a daemon
+    check("3. a new daemon is up", daemon_pid() not in (0, dpid), daemon_pid())
+    cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
+    srv.stdin.write("echo 2\n"); srv.stdin.flush(); line(srv)
+    cli.stdin.write("pingpong 2 200\n"); cli.stdin.flush(); line(cli)
+    ok = on_shm(cli.pid, 1, 5)
+    rows = paths_of(cli.pid)
+    check("3. after the restart a new connection is upgraded again", ok, rows)
+    cli.stdin.write("pingpong 0 500\n"); cli.stdin.flush()
+    check("3. the first connection still works", line(cli) == "pingpong ok")
+    for p in (srv, cli):
+        p.kill()
+
+    # ---- 4. a hostile peer ------------------------------------------------------
+    srv = under_dsock(SERVER)
+    port = int(line(srv))
+    cli = under_dsock(CLIENT, port)
+    cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
+    srv.stdin.write("echo 0\n"); srv.stdin.flush(); line(srv)
+    cli.stdin.write("pingpong 0 50\n"); cli.stdin.flush(); line(cli)
+    check("4. victim connection on the fast path", on_shm(cli.pid), paths_of(cli.pid))
+    srv.stdin.write("scribble\n"); srv.stdin.flush()
+    out = line(srv); line(srv)
+    check("4. the hostile peer found and scribbled one connection's memory", out == "scribbled 1", out)
+    cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
+    srv.stdin.write("echo 1\n"); srv.stdin.flush(); line(srv)
+    cli.stdin.write("recvnb 0\n"); cli.stdin.flush()
+    out = line(cli).split()
+    check("4. the victim's read on the scribbled connection is ECONNRESET", out[:2] == ["error", "ECONNRESET"], out)
+    cli.stdin.write("pingpong 1 1000\n"); cli.stdin.flush()
+    check("4. the victim's other connection keeps working", line(cli) == "pingpong ok")
+    check("4. the victim is alive", cli.poll() is None)
+    cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
+    on_shm(cli.pid, 2)
+    cli.stdin.write("sendtimeo 2\n"); cli.stdin.flush()
+    out = line(cli, 15).split()
+    check("4. a peer that never returns window: SO_SNDTIMEO ends the send (EAGAIN)",
+          out[:2] == ["sendtimeo", "EAGAIN"] and float(out[2]) < 3, out)
+    cli.stdin.close()
+    cli.wait(timeout=10)
+    err = cli.stderr.read()
+    check("4. the reset is logged for the operator", "shared memory" in err and "reset" in err, err)
+    srv.kill()
+
+    # ---- 5. different network namespaces ---------------------------------------
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        print("skip 5. network namespaces (needs root and ip)")
+    else:
+        ns = ["dsockF1", "dsockF2"]
+        sh = lambda c: subprocess.run(c, shell=True, capture_output=True, text=True)
+        sh("ip netns del dsockF1; ip netns del dsockF2")
+        r = sh("ip netns add dsockF1 && ip netns add dsockF2 && "
+               "ip link add dsf1 type veth peer name dsf2 && ip link set dsf1 netns dsockF1 && ip link set dsf2 netns dsockF2 && "
+               "ip -n dsockF1 addr add 10.199.0.1/24 dev dsf1 && ip -n dsockF2 addr add 10.199.0.2/24 dev dsf2 && "
+               "ip -n dsockF1 link set dsf1 up && ip -n dsockF2 link set dsf2 up && "
+               "ip -n dsockF1 link set lo up && ip -n dsockF2 link set lo up")
+        if r.returncode != 0:
+            print("skip 5. network namespaces: " + r.stderr.strip())
+        else:
+            srv = under_dsock(SERVER.replace('"127.0.0.1", 0', '"10.199.0.1", 0'), prefix=("ip", "netns", "exec", "dsockF1"))
+            port = int(line(srv))
+            cli = under_dsock(CLIENT.replace('"127.0.0.1", port', '"10.199.0.1", port'), port,
+                              prefix=("ip", "netns", "exec", "dsockF2"))
+            cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
+            srv.stdin.write("echo 0\n"); srv.stdin.flush(); line(srv)
+            cli.stdin.write("pingpong 0 300\n"); cli.stdin.flush()
+            out = line(cli)
+            check("5. across namespaces the connection works", out == "pingpong ok", out + (cli.stderr.read(500) if cli.poll() is not None else ""))
+            time.sleep(0.5)
+            rows = [l for l in stat().splitlines() if "10.199.0.1:%d" % port in l and "state=connected" in l]
+            check("5. ... and stays on the kernel, with a reason", rows and all("path=kernel" in l and "reason=-" not in l for l in rows), rows)
+            for p in (srv, cli):
+                p.kill()
+        sh("ip netns del dsockF1; ip netns del dsockF2")
+finally:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    subprocess.run([DSOCK, "stop"], env=ENV, capture_output=True, timeout=20)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+print("faults: %d passed, %d failed" % (sum(results), len(results) - sum(results)))
+sys.exit(0 if results and all(results) else 1)
