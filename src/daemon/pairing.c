@@ -37,8 +37,13 @@ static struct dd_offer *offers;
 static uint32_t ring_size = DSOCK_RING_DEFAULT;
 static unsigned long n_paired, n_kernel, n_pending;
 
-#define ACCEPT_WAIT_MS  300   /* a connect-side offer normally comes first */
-#define CONNECT_WAIT_MS 3000  /* a dsock listener should accept by then */
+/* Each side offers at its first data call, so either may come first, and
+ * the gap is the application's (sockperf's client waits 2 s before its
+ * first send).  Held below the library's own give-up (5 s), so a late
+ * answer never reaches a socket that already went to the kernel. */
+#define ACCEPT_WAIT_MS  4000
+#define CONNECT_WAIT_MS 4000
+#define UNLIKELY_WAIT_MS 300
 
 static int64_t now_ms(void)
 {
@@ -190,6 +195,21 @@ static int dsock_listener_for(const struct dsock_addr *a)
 	return 0;
 }
 
+/* Has a registered dsock process reported the other end of o (its
+ * accepted socket, with the mirrored addresses)? */
+static int dsock_socket_for(const struct dd_offer *o)
+{
+	for (struct dd_proc *p = dd_proc_first(); p; p = p->next) {
+		if (p->flags & DSOCK_HELLO_DISABLED)
+			continue;
+		for (size_t i = 0; i < p->nsocks; i++)
+			if (p->socks[i].type == SOCK_STREAM && same_addr(&p->socks[i].local, &o->peer) &&
+			    same_addr(&p->socks[i].peer, &o->local))
+				return 1;
+	}
+	return 0;
+}
+
 void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer *m, int fd)
 {
 	struct dd_offer o = { .to = *to, .sock_id = m->sock_id, .role = m->role };
@@ -211,17 +231,16 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 			return;
 		}
 	}
-	if (m->role == 1 && !dsock_listener_for(&o.peer)) {
-		answer_kernel(to, m->sock_id, DSOCK_R_PEER_PLAIN);
-		return;
-	}
+	/* a connect end whose peer is no known dsock listener (a plain server,
+	 * or a listener closed or not yet reported) is held only briefly */
+	int likely = m->role != 1 || dsock_listener_for(&o.peer) || dsock_socket_for(&o);
 	struct dd_offer *n = malloc(sizeof(*n));
 	if (!n) {
 		answer_kernel(to, m->sock_id, DSOCK_R_RESOURCE);
 		return;
 	}
 	*n = o;
-	n->expire_ms = now_ms() + (m->role == 1 ? CONNECT_WAIT_MS : ACCEPT_WAIT_MS);
+	n->expire_ms = now_ms() + (!likely ? UNLIKELY_WAIT_MS : m->role == 1 ? CONNECT_WAIT_MS : ACCEPT_WAIT_MS);
 	n->next = offers;
 	offers = n;
 	n_pending++;

@@ -192,20 +192,27 @@ static void untrack_range(unsigned first, unsigned last)
 	}
 }
 
+/* fd is about to be closed (by close, or by a dup2 onto it): if it is this
+ * process's last fd of a transport's socket, let the transport finish
+ * (reset on unread data, drain tokens) before the kernel closes. */
+static void before_kernel_close(int fd)
+{
+	struct dsock_sock *last = dsock_fdt_peek(fd);
+	const struct dsock_transport *tp = last ? __atomic_load_n(&last->tp, __ATOMIC_ACQUIRE) : NULL;
+
+	if (tp && tp->before_close)
+		tp->before_close(last, fd);
+	if (tp && tp->closing && atomic_load(&last->ref) == 1)
+		tp->closing(last, fd);
+}
+
 int dsock_sock_close(int fd)
 {
 	struct dsock_sock *s = NULL;
 	int r;
 
 	if ((dsock_fdt_peek(fd) || fd == dsock_ctl_fd()) && dsock_table_owner()) {
-		struct dsock_sock *last = dsock_fdt_peek(fd);
-		const struct dsock_transport *tp = last ? __atomic_load_n(&last->tp, __ATOMIC_ACQUIRE) : NULL;
-		/* this process's last fd of a transport's socket: let it finish
-		 * (reset on unread data, drain tokens) before the kernel closes */
-		if (tp && tp->before_close)
-			tp->before_close(last, fd);
-		if (tp && tp->closing && atomic_load(&last->ref) == 1)
-			tp->closing(last, fd);
+		before_kernel_close(fd);
 		dsock_ctl_fd_lost((unsigned)fd, (unsigned)fd);
 		s = dsock_fdt_swap(fd, NULL);
 	}
@@ -233,8 +240,11 @@ int dsock_sock_dup(int oldfd, int newfd, int flags, int how)
 	struct dsock_sock *s;
 
 	if ((how == DSOCK_DUP2 || how == DSOCK_DUP3) && oldfd != newfd && newfd >= 0 &&
-	    (dsock_fdt_peek(newfd) || newfd == dsock_ctl_fd()) && dsock_table_owner())
+	    (dsock_fdt_peek(newfd) || newfd == dsock_ctl_fd()) && dsock_table_owner()) {
+		if (dsock_real.fcntl(oldfd, F_GETFD) >= 0) /* else the dup fails: newfd stays */
+			before_kernel_close(newfd);
 		dsock_ctl_fd_lost((unsigned)newfd, (unsigned)newfd);
+	}
 	if ((how == DSOCK_DUP2 || how == DSOCK_DUP3) && oldfd != newfd)
 		dsock_epoll_forget_fd(newfd); /* closed by the dup, if open */
 	switch (how) {

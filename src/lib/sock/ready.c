@@ -26,8 +26,10 @@ void dsock_hidden_set(int *flag, int on)
 	atomic_fetch_add(&dsock_hidden_readable, on ? 1 : -1);
 }
 
-/* 1 if fd's data is readable but the kernel may not say so. */
-static int hidden(int fd)
+/* 1 if fd's data is readable but the kernel may not say so.  For an
+ * edge-triggered member (*mark not NULL) only once per arrival: *mark is
+ * the arrival count last reported. */
+static int hidden(int fd, uint64_t *mark)
 {
 	struct dsock_sock *s = dsock_fdt_peek(fd);
 	const struct dsock_transport *tp;
@@ -37,6 +39,11 @@ static int hidden(int fd)
 		return 0;
 	if ((s = dsock_fdt_get(fd))) {
 		r = s->tp && s->tp->hidden_readable(s);
+		if (r && mark && s->tp->rx_mark) {
+			uint64_t now = s->tp->rx_mark(s);
+			r = now != *mark;
+			*mark = now;
+		}
 		dsock_sock_put(s);
 	}
 	return r;
@@ -48,6 +55,7 @@ struct member {
 	unsigned events;
 	uint64_t data;
 	int disarmed; /* EPOLLONESHOT reported by us */
+	uint64_t mark; /* EPOLLET: the arrival count last reported */
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -106,6 +114,7 @@ void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev
 			members[i].events = ev->events;
 			members[i].data = ev->data.u64;
 			members[i].disarmed = 0;
+			members[i].mark = 0; /* MOD reports data already there */
 		}
 		pthread_mutex_unlock(&mu);
 		return;
@@ -119,7 +128,7 @@ void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev
 			members = m;
 			cap = ncap;
 		}
-		members[nmembers++] = (struct member){ epfd, fd, ev->events, ev->data.u64, 0 };
+		members[nmembers++] = (struct member){ epfd, fd, ev->events, ev->data.u64, 0, 0 };
 	}
 out:
 	pthread_mutex_unlock(&mu);
@@ -157,7 +166,7 @@ static int hidden_events(int epfd, struct epoll_event *out, int max, int depth)
 		struct epoll_event tmp;
 		if (m->epfd != epfd || m->disarmed || !(m->events & EPOLLIN))
 			continue;
-		if (!hidden(m->fd)) {
+		if (!hidden(m->fd, (m->events & EPOLLET) ? &m->mark : NULL)) {
 			int inner = 0;
 			/* a socket is never an epoll set: only other fds may nest */
 			if (depth == 0 && !dsock_fdt_peek(m->fd)) {

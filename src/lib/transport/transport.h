@@ -12,6 +12,7 @@
 #ifndef DSOCK_TRANSPORT_H
 #define DSOCK_TRANSPORT_H
 
+#include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -32,6 +33,9 @@ struct dsock_transport {
 	/* 1 when data is readable that the kernel socket does not show (our
 	 * pollers then report it); 0 when the kernel's readiness is right. */
 	int (*hidden_readable)(struct dsock_sock *s);
+	/* A count that grows with every arrival (for edge-triggered pollers:
+	 * hidden data is reported once per arrival). */
+	uint64_t (*rx_mark)(struct dsock_sock *s);
 	/* The kernel says readable: 1 if that is only wake-up tokens (they
 	 * are drained, and the poller must not report it), else 0. */
 	int (*spurious_in)(struct dsock_sock *s, int fd);

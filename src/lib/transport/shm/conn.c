@@ -10,6 +10,8 @@
 #include "common/reason.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -113,7 +115,10 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 	/* Dekker with the readers (data.c): we announce, then look; a reader
 	 * counts itself, then looks.  seq_cst: one of us sees the other. */
 	atomic_store(&c->attaching, 1);
-	if (atomic_load(&c->kernel_rx_inflight) > 0) {
+	/* nor while a PENDING-state send is in flight (it holds mu, maybe
+	 * blocked in the kernel until our own reader drains the peer: waiting
+	 * for it here could close a cycle) */
+	if (atomic_load(&c->kernel_rx_inflight) > 0 || pthread_mutex_trylock(&c->mu) != 0) {
 		atomic_store(&c->attaching, 0);
 		c->delayed_memfd = memfd;
 		c->delayed_side = side;
@@ -121,7 +126,6 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 		return;
 	}
 	c->delayed_memfd = -1;
-	pthread_mutex_lock(&c->mu); /* no PENDING-state send in flight */
 	r = map_conn(c, memfd, side, size);
 	if (r) {
 		pthread_mutex_unlock(&c->mu);
@@ -225,6 +229,7 @@ static int send_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 	pending = c;
 	pthread_mutex_unlock(&pending_mu);
 	r = dsock_ctl_offer(s, fd, (unsigned)role);
+	DSOCK_DBG("sock %llu offered (role %d): %d", (unsigned long long)s->id, role, r);
 	if (r) {
 		unlink_pending(c);
 		*reason = DSOCK_R_NO_DAEMON;
@@ -246,21 +251,20 @@ int shm_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 		return -ENOMEM;
 	}
 	s->tp_priv = c;
-	if (s->state == DSOCK_ST_CONNECTING) {
-		/* nonblocking connect: the first call after it completes offers */
-		c->state = SC_OFFER_DUE;
-		pthread_mutex_lock(&pending_mu);
-		c->next = pending;
-		pending = c;
-		pthread_mutex_unlock(&pending_mu);
-		*reason = DSOCK_R_PENDING;
-		return 0;
-	}
-	if (shm_calibrate(c, fd) || send_offer(s, fd, role, reason)) {
-		s->tp_priv = NULL;
-		free(c);
-		return -ENOTSUP;
-	}
+	/* The first data call (or readiness check) offers, not connect or
+	 * accept themselves: a connection closed before it carries a byte never
+	 * costs a round trip to the daemon (a connect/accept/close loop ran 10x
+	 * slower when both offered at once), and a nonblocking connect offers
+	 * only once it has completed.  Calibrating then is still before any
+	 * byte of ours moved. */
+	c->state = SC_OFFER_DUE;
+	c->role = role;
+	pthread_mutex_lock(&pending_mu);
+	c->next = pending;
+	pending = c;
+	pthread_mutex_unlock(&pending_mu);
+	*reason = DSOCK_R_PENDING;
+	(void)fd;
 	return 0;
 }
 
@@ -270,22 +274,23 @@ int shm_progress(struct dsock_sock *s, int fd)
 	unsigned reason;
 
 	if (c->state == SC_OFFER_DUE) {
-		int err = 0;
-		socklen_t l = sizeof(err);
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof(ss);
-		if (dsock_real.getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0 || err) {
-			/* keep the error for the application to read */
-			if (err)
-				dsock_real.setsockopt(fd, SOL_SOCKET, SO_ERROR, &err, l);
+		/* the state, not SO_ERROR: reading that would consume a pending
+		 * error (a reset) that the application must still see */
+		struct tcp_info ti;
+		socklen_t l = sizeof(ti);
+		if (dsock_real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0) {
 			shm_to_kernel(s, DSOCK_R_NOT_ESTABLISHED);
 			return 0;
 		}
-		if (dsock_real.getpeername(fd, (struct sockaddr *)&ss, &sl) < 0)
+		if (ti.tcpi_state == TCP_SYN_SENT || ti.tcpi_state == TCP_SYN_RECV)
 			return 0; /* still connecting */
+		if (ti.tcpi_state != TCP_ESTABLISHED) {
+			shm_to_kernel(s, DSOCK_R_NOT_ESTABLISHED);
+			return 0;
+		}
 		s->state = DSOCK_ST_CONNECTED;
 		unlink_pending(c);
-		if (c->refuse || shm_calibrate(c, fd) || send_offer(s, fd, DSOCK_ROLE_CONNECT, &reason)) {
+		if (c->refuse || shm_calibrate(c, fd) || send_offer(s, fd, c->role, &reason)) {
 			shm_to_kernel(s, c->refuse ? DSOCK_R_FORKED : DSOCK_R_NO_DAEMON);
 			return 0;
 		}

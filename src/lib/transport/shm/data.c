@@ -360,7 +360,19 @@ static int rx_leave(struct shm_conn *c, int fd)
 {
 	if (c->fork_gen == dsock_shm_fork_gen && !c->wr_shut &&
 	    !__atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE)) {
+		uint64_t head;
 		hot(c, shm_now_ns() + LINGER_NS);
+		/* tokens that came while we were away, for data now read: drain
+		 * them, or the kernel shows a readable socket with nothing to read
+		 * (to pollers we do not see, to a nested epoll, to close: RST) */
+		if ((__atomic_load_n(&c->rx->token, __ATOMIC_RELAXED) ||
+		     __atomic_load_n(&c->tx->space_token, __ATOMIC_RELAXED)) && rx_avail(c, &head) == 0) {
+			__atomic_store_n(&c->rx->token, 0, __ATOMIC_SEQ_CST);
+			__atomic_store_n(&c->tx->space_token, 0, __ATOMIC_SEQ_CST);
+			int k = drain_tokens(fd);
+			if (k)
+				return k;
+		}
 		/* pollers of ours look at the ring from now on */
 		dsock_hidden_set(&c->unbacked, 1);
 		if (!c->lingering) {

@@ -9,6 +9,13 @@ int shm_hidden_readable(struct dsock_sock *s)
 	return c && c->state == SC_ATTACHED && c->unbacked && shm_readable(s, -1) != 0;
 }
 
+static uint64_t shm_rx_mark(struct dsock_sock *s)
+{
+	struct shm_conn *c = shm_conn(s);
+
+	return c && c->state == SC_ATTACHED ? __atomic_load_n(&c->rx->tail, __ATOMIC_ACQUIRE) : 0;
+}
+
 const struct dsock_transport dsock_shm_transport = {
 	.name = "shm",
 	.offer = shm_offer,
@@ -17,6 +24,7 @@ const struct dsock_transport dsock_shm_transport = {
 	.shutdown = shm_shutdown,
 	.readable = shm_readable,
 	.hidden_readable = shm_hidden_readable,
+	.rx_mark = shm_rx_mark,
 	.spurious_in = shm_spurious_in,
 	.closing = shm_closing,
 	.before_close = shm_before_close,

@@ -2,7 +2,8 @@
  * one host move onto a pair of rings in one memfd.
  *
  * States of a connection, per process:
- *   OFFER_DUE  nonblocking connect in progress: offer once it completes
+ *   OFFER_DUE  connected or accepted (or a nonblocking connect in progress):
+ *              the first data call or readiness check offers
  *   PENDING    offered to the daemon, no answer yet: the kernel carries data
  *   ATTACHED   the memfd is mapped and this side said so in it; once the
  *              peer has attached too, each side moves its sending to the
@@ -33,6 +34,7 @@ struct shm_conn {
 	int offer_done;      /* the daemon no longer holds our socket */
 	int wr_shut;         /* shut down for writing (maybe before attaching) */
 	int side;            /* 0 connect end, 1 accept end */
+	int role;            /* DSOCK_ROLE_*, for the offer */
 	int memfd;
 	struct dsock_shm_hdr *h;
 	size_t map_len;

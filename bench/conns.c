@@ -1,0 +1,193 @@
+/* Connection benchmarks for the suite (bench/run.py), plain sockets only, so
+ * the same binary runs natively and under `dsock run`.
+ *
+ *   conns rate SECS          connect/accept/close loop on loopback (client and
+ *                            server in one thread): prints "conn_per_sec"
+ *   conns scale N SECS       N connections between two processes (a parent
+ *                            that accepts and echoes with epoll, a child that
+ *                            connects); the child then sends 14 B round trips
+ *                            round-robin over all N for SECS seconds.
+ *                            Prints "round_trips_per_sec rss_kib_both shm_kib_both"
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void die(const char *what)
+{
+	perror(what);
+	exit(1);
+}
+
+static int listener(struct sockaddr_in *sa, int backlog)
+{
+	socklen_t l = sizeof(*sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+	sa->sin_family = AF_INET;
+	sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sa->sin_port = 0;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (fd < 0 || bind(fd, (struct sockaddr *)sa, sizeof(*sa)) < 0 || listen(fd, backlog) < 0 ||
+	    getsockname(fd, (struct sockaddr *)sa, &l) < 0)
+		die("listen");
+	return fd;
+}
+
+static int rate(double secs)
+{
+	struct sockaddr_in sa;
+	int l = listener(&sa, 128);
+	long n = 0;
+	double t0 = now_s(), t;
+	struct linger lg = { 1, 0 }; /* RST on close: no TIME_WAIT pile-up */
+
+	do {
+		int c = socket(AF_INET, SOCK_STREAM, 0);
+		if (c < 0 || connect(c, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+			die("connect");
+		int a = accept(l, NULL, NULL);
+		if (a < 0)
+			die("accept");
+		setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		close(c);
+		close(a);
+		n++;
+	} while ((t = now_s()) - t0 < secs);
+	printf("%.0f\n", n / (t - t0));
+	return 0;
+}
+
+/* Resident and shared-memory KiB of a process (from /proc/PID/status). */
+static void mem_of(pid_t pid, long *rss, long *shm)
+{
+	char path[64], line[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	*rss = *shm = 0;
+	if (!(f = fopen(path, "r")))
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		sscanf(line, "VmRSS: %ld", rss);
+		sscanf(line, "RssShmem: %ld", shm);
+	}
+	fclose(f);
+}
+
+static int scale(int n, double secs)
+{
+	struct sockaddr_in sa;
+	struct rlimit rl = { (rlim_t)n * 2 + 64, (rlim_t)n * 2 + 64 };
+	int l, sync[2], ep;
+	pid_t child;
+	char b[64];
+
+	setrlimit(RLIMIT_NOFILE, &rl); /* best effort: as root it is raised */
+	l = listener(&sa, 4096);
+	if (pipe(sync) < 0)
+		die("pipe");
+	child = fork();
+	if (child < 0)
+		die("fork");
+	if (child == 0) {
+		int *fds = calloc((size_t)n, sizeof(int)), one = 1;
+		long rt = 0;
+		double t0, t;
+		close(l);
+		for (int i = 0; i < n; i++) {
+			if ((fds[i] = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
+			    connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)) < 0)
+				die("connect");
+			setsockopt(fds[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		}
+		/* one warm-up round trip on each, then the timed run */
+		for (int i = 0; i < n; i++)
+			if (send(fds[i], "ping-ping-ping", 14, 0) != 14 || recv(fds[i], b, 14, MSG_WAITALL) != 14)
+				die("warm-up");
+		t0 = now_s();
+		do {
+			for (int i = 0; i < n && (i & 63 || now_s() - t0 < secs); i++, rt++)
+				if (send(fds[i], "ping-ping-ping", 14, 0) != 14 || recv(fds[i], b, 14, MSG_WAITALL) != 14)
+					die("round trip");
+		} while ((t = now_s()) - t0 < secs);
+		long rss, shm;
+		mem_of(getpid(), &rss, &shm);
+		dprintf(sync[1], "%.0f %ld %ld\n", rt / (t - t0), rss, shm);
+		pause(); /* the parent measures itself, then kills us */
+		_exit(0);
+	}
+	close(sync[1]);
+	ep = epoll_create1(0);
+	for (int i = 0; i < n; i++) {
+		int a = accept(l, NULL, NULL), one = 1;
+		struct epoll_event ev = { .events = EPOLLIN };
+		if (a < 0)
+			die("accept");
+		setsockopt(a, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		ev.data.fd = a;
+		if (epoll_ctl(ep, EPOLL_CTL_ADD, a, &ev) < 0)
+			die("epoll_ctl");
+	}
+	/* echo until the child reports */
+	struct epoll_event evs[256];
+	struct epoll_event pev = { .events = EPOLLIN, .data.fd = sync[0] };
+	epoll_ctl(ep, EPOLL_CTL_ADD, sync[0], &pev);
+	for (;;) {
+		int k = epoll_wait(ep, evs, 256, -1);
+		for (int i = 0; i < k; i++) {
+			int fd = evs[i].data.fd;
+			if (fd == sync[0]) {
+				char out[128] = "";
+				long rss, shm, crss, cshm;
+				double r;
+				ssize_t m = read(sync[0], out, sizeof(out) - 1);
+				out[m > 0 ? m : 0] = 0;
+				if (sscanf(out, "%lf %ld %ld", &r, &crss, &cshm) != 3) {
+					fprintf(stderr, "child failed\n");
+					return 1;
+				}
+				mem_of(getpid(), &rss, &shm);
+				printf("%.0f %ld %ld\n", r, rss + crss, shm + cshm);
+				kill(child, SIGKILL);
+				waitpid(child, NULL, 0);
+				return 0;
+			}
+			ssize_t m = recv(fd, b, sizeof(b), 0);
+			if (m > 0 && send(fd, b, (size_t)m, 0) != m)
+				die("echo");
+			if (m == 0)
+				epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+		}
+	}
+}
+
+int main(int argc, char **argv)
+{
+	signal(SIGPIPE, SIG_IGN);
+	if (argc == 3 && !strcmp(argv[1], "rate"))
+		return rate(atof(argv[2]));
+	if (argc == 4 && !strcmp(argv[1], "scale"))
+		return scale(atoi(argv[2]), atof(argv[3]));
+	fprintf(stderr, "usage: conns rate SECS | conns scale N SECS\n");
+	return 2;
+}
