@@ -18,6 +18,43 @@ _Atomic int dsock_sleepers;
 
 #define DSOCK_POLL_SPIN_NS 50000L /* how long a poller polls before it sleeps */
 
+#define PROBE_EVERY_NS 200000LL    /* a spinning thread probes this often */
+#define YIELD_BUSY_NS 10000LL       /* a sched_yield this long: another thread ran */
+#define CONTENDED_FOR_NS 5000000LL  /* then spin briefly for this long */
+
+static __thread long long probe_at, contended_until;
+static __thread int busy_yields; /* in a row: a kworker's blip is not contention */
+
+static long long mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int dsock_spin_yield(long long now_ns)
+{
+	sched_yield();
+	if (mono_ns() - now_ns <= YIELD_BUSY_NS) {
+		busy_yields = 0;
+		return 0;
+	}
+	if (++busy_yields >= 2)
+		contended_until = now_ns + CONTENDED_FOR_NS;
+	return 1;
+}
+
+int dsock_spin_contended(long long now_ns)
+{
+	if (now_ns < contended_until)
+		return 1;
+	if (now_ns >= probe_at) {
+		probe_at = now_ns + PROBE_EVERY_NS;
+		return dsock_spin_yield(now_ns);
+	}
+	return 0;
+}
+
 void dsock_hidden_set(int *flag, int on)
 {
 	if (*flag == on)
@@ -247,17 +284,18 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	 * semantic stays its own. */
 	int fast = max > 0 && atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) > 0;
 	if (blocking && fast) {
-		struct timespec t0, tn;
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		for (int spins = 0;; spins++) {
+		long long t0 = mono_ns(), tn = t0;
+		long budget = dsock_spin_contended(t0) ? 0 : DSOCK_POLL_SPIN_NS;
+		for (int spins = 0; tn - t0 <= budget; spins++) {
 			if ((n = epoll_now(epfd, ev, max)) != 0)
 				return n;
-			clock_gettime(CLOCK_MONOTONIC, &tn);
-			long el = (tn.tv_sec - t0.tv_sec) * 1000000000L + (tn.tv_nsec - t0.tv_nsec);
-			if (el > DSOCK_POLL_SPIN_NS || (timeout_ms > 0 && el >= timeout_ms * 1000000L))
+			tn = mono_ns();
+			if (timeout_ms > 0 && tn - t0 >= timeout_ms * 1000000LL)
 				break;
-			if (spins > 8)
-				sched_yield(); /* more runnable threads than cores: let them run */
+			/* more runnable threads than cores: let them run, and
+			 * stop spinning once they do */
+			if (spins > 8 && dsock_spin_yield(tn))
+				break;
 		}
 	}
 	if (blocking && fast) {

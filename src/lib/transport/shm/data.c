@@ -789,16 +789,20 @@ static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int fl
 			break;
 		}
 		if (!spin_end)
-			spin_end = t_now + SPIN_NS;
+			spin_end = t_now + (dsock_spin_contended(t_now) ? SPIN_PURE_NS : SPIN_NS);
 		if (t_now < spin_end) {
 			/* a few microseconds of pure spinning, then yield on every
 			 * round: with more runnable threads than cores (2 here) the
 			 * peer we wait for may need this very core */
 			if (spin_end - t_now < SPIN_NS - SPIN_PURE_NS ||
-			    __atomic_load_n(&c->peer->cpu, __ATOMIC_RELAXED) == (uint32_t)sched_getcpu() + 1)
-				sched_yield(); /* (at once when the peer shares our CPU) */
-			else
-				for (int i = 0; i < 4; i++)
+			    __atomic_load_n(&c->peer->cpu, __ATOMIC_RELAXED) == (uint32_t)sched_getcpu() + 1) {
+				/* (at once when the peer shares our CPU); a yield that
+				 * let others run means more runnable threads than
+				 * CPUs: then we sleep instead (see ready.h) */
+				if (dsock_spin_yield(t_now))
+					spin_end = t_now;
+			} else
+				for (int i = 0; i < 16; i++)
 					cpu_relax(); /* ~11 ns each here */
 			continue;
 		}
