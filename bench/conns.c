@@ -85,8 +85,10 @@ static void mem_of(pid_t pid, long *rss, long *shm)
 
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
 	*rss = *shm = 0;
-	if (!(f = fopen(path, "r")))
+	if (!(f = fopen(path, "r"))) { /* out of fds: unknown */
+		*rss = *shm = -1000000000L;
 		return;
+	}
 	while (fgets(line, sizeof(line), f)) {
 		sscanf(line, "VmRSS: %ld", rss);
 		sscanf(line, "RssShmem: %ld", shm);
@@ -97,12 +99,13 @@ static void mem_of(pid_t pid, long *rss, long *shm)
 static int scale(int n, double secs)
 {
 	struct sockaddr_in sa;
-	struct rlimit rl = { (rlim_t)n * 2 + 64, (rlim_t)n * 2 + 64 };
+	struct rlimit rl = { (rlim_t)n * 3 + 256, (rlim_t)n * 3 + 256 }; /* dsock: + a memfd each */
 	int l, sync[2], ep;
 	pid_t child;
 	char b[64];
 
-	setrlimit(RLIMIT_NOFILE, &rl); /* best effort: as root it is raised */
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0) /* best effort: as root it is raised */
+		perror("setrlimit");
 	l = listener(&sa, 4096);
 	if (pipe(sync) < 0)
 		die("pipe");
