@@ -30,13 +30,27 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* memcpy in at most two pieces (the ring wraps), as dsock's rings do */
+static void copy_in(struct chan *c, uint64_t idx, const void *p, size_t n)
+{
+	size_t pos = (size_t)(idx & (RING - 1)), first = RING - pos < n ? RING - pos : n;
+	memcpy(c->data + pos, p, first);
+	memcpy(c->data, (const unsigned char *)p + first, n - first);
+}
+
+static void copy_out(struct chan *c, uint64_t idx, void *p, size_t n)
+{
+	size_t pos = (size_t)(idx & (RING - 1)), first = RING - pos < n ? RING - pos : n;
+	memcpy(p, c->data + pos, first);
+	memcpy((unsigned char *)p + first, c->data, n - first);
+}
+
 static void put(struct chan *c, const void *p, size_t n)
 {
 	uint64_t t = atomic_load_explicit(&c->tail, memory_order_relaxed);
 	while (t + n - atomic_load_explicit(&c->head, memory_order_acquire) > RING)
 		;
-	for (size_t i = 0; i < n; i++)
-		c->data[(t + i) & (RING - 1)] = ((const unsigned char *)p)[i];
+	copy_in(c, t, p, n);
 	atomic_store_explicit(&c->tail, t + n, memory_order_release);
 }
 
@@ -45,8 +59,7 @@ static void get(struct chan *c, void *p, size_t n)
 	uint64_t h = atomic_load_explicit(&c->head, memory_order_relaxed);
 	while (atomic_load_explicit(&c->tail, memory_order_acquire) - h < n)
 		;
-	for (size_t i = 0; i < n; i++)
-		((unsigned char *)p)[i] = c->data[(h + i) & (RING - 1)];
+	copy_out(c, h, p, n);
 	atomic_store_explicit(&c->head, h + n, memory_order_release);
 }
 

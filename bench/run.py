@@ -266,11 +266,58 @@ backend b
         subprocess.run(["kill", open(d + "/nginx.pid").read().strip()])
 
 
-def conns_bin():
-    exe = os.path.join(TMP, "conns")
+def tool(name):
+    """bench/NAME.c, compiled once per run."""
+    exe = os.path.join(TMP, name)
     if not os.path.exists(exe):
-        subprocess.run(["cc", "-O2", "-o", exe, os.path.join(HERE, "conns.c")], check=True)
+        subprocess.run(["cc", "-O2", "-o", exe, os.path.join(HERE, name + ".c")], check=True)
     return exe
+
+
+def conns_bin():
+    return tool("conns")
+
+
+def nf_chain(mode, n):
+    return float(run([tool("nfchain"), str(n), str(S)], mode).stdout.split()[0])
+
+
+def web_service(mode, conns=1):
+    """wrk -> haproxy -> nginx -> webkv (bench/webkv.c) -> redis, all under dsock."""
+    r, w, p, h = port(), port(), port(), port()
+    d = os.path.join(TMP, f"web-{mode}-{p}")
+    os.makedirs(d, mode=0o755, exist_ok=True)
+    rs = start(["redis-server", "--port", str(r), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+               mode, port=r)
+    subprocess.run(["redis-cli", "-p", str(r), "set", "page", "v" * 100], capture_output=True)
+    app = start([tool("webkv"), str(w), str(r), "page"], mode, port=w)
+    open(d + "/nginx.conf", "w").write(f"""worker_processes 1; pid {d}/nginx.pid; error_log {d}/e.log;
+events {{}} http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d};
+fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};
+upstream app {{ server 127.0.0.1:{w}; keepalive 16; }}
+server {{ listen 127.0.0.1:{p}; location / {{ proxy_pass http://app; proxy_http_version 1.1;
+proxy_set_header Connection ""; }} }} }}""")
+    run(["nginx", "-c", d + "/nginx.conf", "-p", d], mode)
+    open(d + "/haproxy.cfg", "w").write(f"""defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+frontend f
+  bind 127.0.0.1:{h}
+  default_backend b
+backend b
+  http-reuse always
+  server n 127.0.0.1:{p}
+""")
+    hp = start(["haproxy", "-f", d + "/haproxy.cfg"], mode, port=h)
+    try:
+        return wrk(mode, f"http://127.0.0.1:{h}/page", conns)
+    finally:
+        stop(hp)
+        subprocess.run(["kill", open(d + "/nginx.pid").read().strip()])
+        stop(app)
+        stop(rs)
 
 
 def conn_rate(mode):
@@ -287,7 +334,7 @@ def raw(kind, size):
     exe = os.path.join(TMP, "rawshm")
     if not os.path.exists(exe):
         subprocess.run(["cc", "-O2", "-o", exe, os.path.join(HERE, "rawshm.c")], check=True)
-    count = 200000 if kind == "pingpong" else max(20000, int(5e9 / (size * 200)))
+    count = 200000 if kind == "pingpong" else min(5000000, max(100000, int(4e9 / size)))
     out = subprocess.run([exe, kind, str(size), str(count)], capture_output=True, text=True).stdout.split()
     return (int(out[0]) / 1000, int(out[1]) / 1000) if kind == "pingpong" else int(out[0])
 
@@ -356,6 +403,12 @@ for path, label in (("s.txt", "100 B"), ("big.bin", "1 MiB")):
         measure(f"nginx {label} file, wrk {conns} connection{'s' if conns > 1 else ''}", nginx, path, conns,
                 metrics=RD)
 measure("haproxy -> nginx 100 B, wrk 1 connection", haproxy_nginx, 1, metrics=RD)
+for conns in (1, 32):
+    measure(f"web service: haproxy -> nginx -> webkv -> redis, wrk {conns} connection{'s' if conns > 1 else ''}",
+            web_service, conns, metrics=RD)
+for n in ([1, 2, 4] if FULL else [2]):
+    measure(f"NF pipeline, 64 B packets through {n} forwarder{'s' if n > 1 else ''} (bench/nfchain.c)", nf_chain, n,
+            metrics=[("", "packets/s", "higher", 0)])
 measure("CPU of a process holding 1,000 idle connections", idle_cpu, metrics=[("", "% of a core", "lower", 0)])
 subprocess.run([DSOCK, "stop"], env=ENV, capture_output=True)
 elapsed = time.time() - t_start

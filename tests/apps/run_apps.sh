@@ -3,7 +3,8 @@
 # data: sockperf (TCP, UDP, --data-integrity), redis (cli + benchmark),
 # nginx (wrk + a large curl download, checksum), iperf3, Python socket and
 # asyncio echo, haproxy in front of nginx.  Each check also asks the daemon
-# whether the program really ran under dsock.
+# whether the program really ran under dsock, and each TCP client's library
+# whether its connections moved bytes through shared memory.
 # Usage: tests/apps/run_apps.sh [BUILD_DIR]   Closing line: "apps: N passed, N failed".
 set -u
 BUILD=$(cd "${1:-build}" && pwd)
@@ -34,6 +35,11 @@ wait_port() { for _ in $(seq 100); do ss -ltnH "sport = :$1" | grep -q . && retu
 registered() { "$DSOCK" stat --raw 2>/dev/null | grep -Eq "^(proc|gone) .*comm=$1( |$)"; }
 need() { command -v "$1" >/dev/null || { bad "$1 is not installed (run scripts/install-test-deps.sh)"; return 1; }; }
 bg() { "$DSOCK" run -- "$@" >"$T/bg.$$.$RANDOM.log" 2>&1 & PIDS+=($!); }
+# run NAME CMD...: runs CMD under dsock; its library reports at exit how many
+# of its connections moved bytes through shared memory (DSOCK_FASTPATH_REPORT)
+run() { local n=$1; shift; DSOCK_FASTPATH_REPORT="$T/fp.$n" "$DSOCK" run -- "$@"; }
+# on_shm NAME: connections of the programs run as NAME that used the rings
+on_shm() { [ -s "$T/fp.$1" ] && awk '{ s += $2 } END { print s; exit !(s > 0) }' "$T/fp.$1"; }
 
 "$DSOCK" run -- true || { echo "cannot start dsock"; exit 1; }
 
@@ -44,15 +50,16 @@ if need sockperf; then
 		flag=$([ $proto = tcp ] && echo --tcp)
 		bg sockperf server $flag -i 127.0.0.1 -p "$P"
 		sleep 0.5
-		if "$DSOCK" run -- sockperf ping-pong $flag -i 127.0.0.1 -p "$P" -t 2 -m 64 --mps 5000000 --data-integrity \
+		if run "sp$proto" sockperf ping-pong $flag -i 127.0.0.1 -p "$P" -t 2 -m 64 --mps 5000000 --data-integrity \
 			>"$T/sp.$proto" 2>&1 && grep -q "Summary: Latency" "$T/sp.$proto" && ! grep -qi "integrity.*fail\|data corruption" "$T/sp.$proto" \
-			&& registered sockperf; then
-			ok "sockperf $proto ping-pong --data-integrity ($(grep -o 'Summary: Latency is [0-9.]* usec' "$T/sp.$proto"))"
+			&& registered sockperf && { [ $proto = udp ] || on_shm "sp$proto" >/dev/null; }; then
+			ok "sockperf $proto ping-pong --data-integrity ($(grep -o 'Summary: Latency is [0-9.]* usec' "$T/sp.$proto")$([ $proto = tcp ] && echo ", on shared memory"))"
 		else
 			bad "sockperf $proto ping-pong" "$T/sp.$proto"
 		fi
-		if "$DSOCK" run -- sockperf throughput $flag -i 127.0.0.1 -p "$P" -t 2 -m 1024 \
-			>"$T/st.$proto" 2>&1 && grep -q "Summary: Message Rate" "$T/st.$proto"; then
+		if run "st$proto" sockperf throughput $flag -i 127.0.0.1 -p "$P" -t 2 -m 1024 \
+			>"$T/st.$proto" 2>&1 && grep -q "Summary: Message Rate" "$T/st.$proto" \
+			&& { [ $proto = udp ] || on_shm "st$proto" >/dev/null; }; then
 			ok "sockperf $proto throughput ($(grep -o 'Message Rate is [0-9]* \[msg/sec\]' "$T/st.$proto"))"
 		else
 			bad "sockperf $proto throughput" "$T/st.$proto"
@@ -73,8 +80,8 @@ if need redis-server && need redis-cli && need redis-benchmark; then
 		else
 			bad "redis-cli set/get" "$T/rc"
 		fi
-		if "$DSOCK" run -- redis-benchmark -p "$P" -n 20000 -c 10 -t get,set -q >"$T/rb" 2>&1 \
-			&& [ "$(grep -c 'requests per second' "$T/rb")" = 2 ] && registered redis-benchmark; then
+		if run redisb redis-benchmark -p "$P" -n 20000 -c 10 -t get,set -q >"$T/rb" 2>&1 \
+			&& [ "$(grep -c 'requests per second' "$T/rb")" = 2 ] && registered redis-benchmark && on_shm redisb >/dev/null; then
 			ok "redis-benchmark get,set ($(tr '\r' '\n' <"$T/rb" | grep -o 'GET: [0-9.]* requests per second'))"
 		else
 			bad "redis-benchmark" "$T/rb"
@@ -106,14 +113,15 @@ http {
 CONF
 	"$DSOCK" run -- nginx -c "$T/nginx.conf" -p "$T" >"$T/nginx.out" 2>&1
 	if wait_port "$P"; then
-		"$DSOCK" run -- curl -s -o "$T/big.got" "http://127.0.0.1:$P/big.bin" 2>"$T/curl.err"
-		if cmp -s "$T/www/big.bin" "$T/big.got" && registered nginx && registered curl; then
+		run curl curl -s -o "$T/big.got" "http://127.0.0.1:$P/big.bin" 2>"$T/curl.err"
+		if cmp -s "$T/www/big.bin" "$T/big.got" && registered nginx && registered curl && on_shm curl >/dev/null; then
 			ok "curl 32 MiB from nginx (sendfile) byte-exact ($(sha256sum <"$T/big.got" | cut -c1-12))"
 		else
 			bad "curl large file from nginx" "$T/curl.err"
 		fi
-		"$DSOCK" run -- wrk -t 2 -c 8 -d 2s "http://127.0.0.1:$P/small.txt" >"$T/wrk" 2>&1
-		if grep -q "Requests/sec" "$T/wrk" && ! grep -q "Socket errors\|Non-2xx" "$T/wrk" && registered wrk; then
+		run wrk wrk -t 2 -c 8 -d 2s "http://127.0.0.1:$P/small.txt" >"$T/wrk" 2>&1
+		if grep -q "Requests/sec" "$T/wrk" && ! grep -q "Socket errors\|Non-2xx" "$T/wrk" && registered wrk \
+			&& on_shm wrk >/dev/null; then
 			ok "wrk against nginx, no errors ($(grep Requests/sec "$T/wrk" | tr -s ' '))"
 		else
 			bad "wrk against nginx" "$T/wrk"
@@ -136,8 +144,8 @@ backend be
 CONF
 			bg haproxy -f "$T/haproxy.cfg"
 			if wait_port "$H"; then
-				"$DSOCK" run -- curl -s -o "$T/big.hap" "http://127.0.0.1:$H/big.bin" 2>"$T/hap.err"
-				if cmp -s "$T/www/big.bin" "$T/big.hap" && registered haproxy; then
+				run curlhap curl -s -o "$T/big.hap" "http://127.0.0.1:$H/big.bin" 2>"$T/hap.err"
+				if cmp -s "$T/www/big.bin" "$T/big.hap" && registered haproxy && on_shm curlhap >/dev/null; then
 					ok "curl 32 MiB through haproxy -> nginx byte-exact"
 				else
 					bad "haproxy in front of nginx" "$T/hap.err"
@@ -162,8 +170,8 @@ if need iperf3; then
 	P=$(free_port)
 	bg iperf3 -s -1 -p "$P" -B 127.0.0.1
 	wait_port "$P"
-	if "$DSOCK" run -- iperf3 -c 127.0.0.1 -p "$P" -t 2 -P 2 >"$T/iperf" 2>&1 && grep -q "receiver" "$T/iperf" \
-		&& registered iperf3; then
+	if run iperf iperf3 -c 127.0.0.1 -p "$P" -t 2 -P 2 >"$T/iperf" 2>&1 && grep -q "receiver" "$T/iperf" \
+		&& registered iperf3 && on_shm iperf >/dev/null; then
 		ok "iperf3 2 streams ($(grep SUM.*receiver "$T/iperf" | grep -o '[0-9.]* [GM]bits/sec'))"
 	else
 		bad "iperf3" "$T/iperf"
@@ -217,7 +225,8 @@ else:
     asyncio.run(main())
 '
 for mode in threads asyncio; do
-	if "$DSOCK" run -- python3 -c "$PY_ECHO" "$mode" >"$T/py.$mode" 2>&1 && grep -qx ok "$T/py.$mode"; then
+	if run "py$mode" python3 -c "$PY_ECHO" "$mode" >"$T/py.$mode" 2>&1 && grep -qx ok "$T/py.$mode" \
+		&& on_shm "py$mode" >/dev/null; then
 		ok "python $mode echo 4 MiB byte-exact"
 	else
 		bad "python $mode echo" "$T/py.$mode"

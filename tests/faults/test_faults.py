@@ -12,7 +12,10 @@
      other connection to the same peer keeps working; a peer that never
      returns window cannot hang a sender that has SO_SNDTIMEO;
   5. client and server in different network namespaces (root only): the
-     connection works and stays on the kernel.
+     connection works and stays on the kernel;
+  6. another user (root only: created with useradd) reaches a root daemon
+     but sees none of root's processes, cannot stop it, and cannot open the
+     memory of root's connections.
 
 Each check prints ok/FAIL; exit 0 on pass; last line 'faults: N passed, N failed'."""
 import os, shutil, signal, subprocess, sys, tempfile, time
@@ -268,6 +271,44 @@ while True: a.sendall(b"z" * 65536)
     err = cli.stderr.read()
     check("4. the reset is logged for the operator", "shared memory" in err and "reset" in err, err)
     srv.kill()
+
+    # ---- 6. another user ---------------------------------------------------------
+    if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("runuser"):
+        print("skip 6. another user (needs root, useradd and runuser)")
+    else:
+        user = "dsockiso"
+        subprocess.run(["useradd", "-M", "-r", "-s", "/usr/sbin/nologin", user], capture_output=True)
+        os.chmod(tmp, 0o755)  # the daemon's own checks are under test, not the directory's
+        cli_copy = os.path.join(tmp, "dsock-cli")
+        shutil.copy(DSOCK, cli_copy); os.chmod(cli_copy, 0o755)
+        srv = under_dsock(SERVER)
+        port = int(line(srv))
+        cli = under_dsock(CLIENT, port)
+        cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
+        srv.stdin.write("echo 0\n"); srv.stdin.flush(); line(srv)
+        cli.stdin.write("pingpong 0 50\n"); cli.stdin.flush(); line(cli)
+        check("6. root's connection on the fast path", on_shm(cli.pid), paths_of(cli.pid))
+        as_user = lambda *a: subprocess.run(["runuser", "-u", user, "--", "env", "DSOCK_SOCKET=" + SOCK, *a],
+                                            capture_output=True, text=True, timeout=20)
+        r = as_user(cli_copy, "stat", "--raw")
+        check("6. another user reaches the daemon", r.returncode == 0 and r.stdout.startswith("daemon "), r.stderr)
+        check("6. ... and sees none of root's processes or sockets",
+              "pid=%d " % cli.pid not in r.stdout and "pid=%d " % srv.pid not in r.stdout and "sock " not in r.stdout,
+              r.stdout)
+        r = as_user(cli_copy, "stop")
+        check("6. another user may not stop root's daemon", r.returncode != 0 and daemon_pid() and
+              os.path.exists("/proc/%d" % daemon_pid()), r.stdout + r.stderr)
+        memfds = [f for f in os.listdir("/proc/%d/fd" % cli.pid)
+                  if "dsock-conn" in os.readlink("/proc/%d/fd/%s" % (cli.pid, f))]
+        r = as_user(PY, "-c", "import sys\nfor f in sys.argv[1:]:\n    try: open(f, 'rb'); print('opened', f)\n"
+                    "    except OSError as e: print('denied', e.errno)",
+                    *["/proc/%d/fd/%s" % (cli.pid, f) for f in memfds])
+        check("6. another user cannot open root's connection memory (%d memfds tried)" % len(memfds),
+              memfds and "opened" not in r.stdout and r.stdout.count("denied") == len(memfds), r.stdout + r.stderr)
+        cli.stdin.write("pingpong 0 100\n"); cli.stdin.flush()
+        check("6. root's connection still works", line(cli) == "pingpong ok")
+        for p in (srv, cli):
+            p.kill()
 
     # ---- 5. different network namespaces ---------------------------------------
     if os.geteuid() != 0 or not shutil.which("ip"):
