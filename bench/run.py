@@ -23,6 +23,7 @@ ap.add_argument("--reps", type=int, default=0)
 ap.add_argument("--out", default="bench/out")
 ap.add_argument("--plots", default="bench/plots")
 ap.add_argument("--only", default="", help="run only experiments whose name contains this")
+ap.add_argument("--replot", action="store_true", help="draw the plots even with --only (those it has data for)")
 args = ap.parse_args()
 
 
@@ -501,6 +502,6 @@ def plots():
            keys=("native", "dsock"))
 
 
-if not args.only:  # a partial run leaves the committed plots alone
+if not args.only or args.replot:  # a partial run leaves the committed plots alone
     plots()
 shutil.rmtree(TMP, ignore_errors=True)
