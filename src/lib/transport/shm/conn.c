@@ -115,10 +115,19 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 	/* Dekker with the readers (data.c): we announce, then look; a reader
 	 * counts itself, then looks.  seq_cst: one of us sees the other. */
 	atomic_store(&c->attaching, 1);
-	/* nor while a PENDING-state send is in flight (it holds mu, maybe
-	 * blocked in the kernel until our own reader drains the peer: waiting
-	 * for it here could close a cycle) */
-	if (atomic_load(&c->kernel_rx_inflight) > 0 || pthread_mutex_trylock(&c->mu) != 0) {
+	/* nor while a PENDING-state send is in flight (it holds mu).  Wait for
+	 * it a little, not forever: it may be blocked in the kernel until our
+	 * own reader drains the peer, and waiting here could close that cycle
+	 * (a threaded echo hung); a streaming sender releases mu between
+	 * sends, so a short wait usually gets it */
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += 2 * 1000 * 1000;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	if (atomic_load(&c->kernel_rx_inflight) > 0 || pthread_mutex_timedlock(&c->mu, &until) != 0) {
 		atomic_store(&c->attaching, 0);
 		c->delayed_memfd = memfd;
 		c->delayed_side = side;

@@ -476,9 +476,18 @@ static int wait_space(struct shm_conn *c, int fd)
 	/* not FUTEX_PRIVATE: the word is shared with the other process */
 	if (syscall(SYS_futex, &c->tx->space_seq, FUTEX_WAIT, seq, &slice, NULL, 0) < 0 && errno == EINTR)
 		return -EINTR;
-	/* the consumer may be gone: the kernel socket says so */
-	if (dsock_real.poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP)))
-		return -EPIPE;
+	/* the consumer may be gone: the kernel socket says so.  A peer killed
+	 * while its receive queue was empty sent a FIN, not an RST, and we send
+	 * nothing on the kernel that would draw the RST: after a FIN, a token
+	 * probes (a half-closed but living peer just drains it) */
+	if (dsock_real.poll(&p, 1, 0) > 0) {
+		if (p.revents & (POLLERR | POLLHUP))
+			return -EPIPE;
+		if (p.revents & POLLRDHUP) {
+			char t = 0;
+			dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+		}
+	}
 	return 0;
 }
 
