@@ -25,38 +25,12 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void die(const char *what)
-{
-	perror(what);
-	exit(1);
-}
-
-static int listener(struct sockaddr_in *sa, int backlog)
-{
-	socklen_t l = sizeof(*sa);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-
-	sa->sin_family = AF_INET;
-	sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	sa->sin_port = 0;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (fd < 0 || bind(fd, (struct sockaddr *)sa, sizeof(*sa)) < 0 || listen(fd, backlog) < 0 ||
-	    getsockname(fd, (struct sockaddr *)sa, &l) < 0)
-		die("listen");
-	return fd;
-}
+#include "bench.h"
 
 static int rate(double secs)
 {
 	struct sockaddr_in sa;
-	int l = listener(&sa, 128);
+	int l = loopback_listener(&sa, 128);
 	long n = 0;
 	double t0 = now_s(), t;
 	struct linger lg = { 1, 0 }; /* RST on close: no TIME_WAIT pile-up */
@@ -106,7 +80,7 @@ static int scale(int n, double secs)
 
 	if (setrlimit(RLIMIT_NOFILE, &rl) < 0) /* best effort: as root it is raised */
 		perror("setrlimit");
-	l = listener(&sa, 4096);
+	l = loopback_listener(&sa, 4096);
 	if (pipe(sync) < 0)
 		die("pipe");
 	child = fork();

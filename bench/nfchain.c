@@ -19,20 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
+
 #define PKT 64
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void die(const char *what)
-{
-	perror(what);
-	_exit(1);
-}
 
 static int link_to(const struct sockaddr_in *sa)
 {
@@ -69,16 +58,8 @@ int main(int argc, char **argv)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
 	/* link j joins process j to process j + 1; process j + 1 listens */
-	for (int j = 0; j <= n; j++) {
-		socklen_t l = sizeof(sa[j]);
-		memset(&sa[j], 0, sizeof(sa[j]));
-		sa[j].sin_family = AF_INET;
-		sa[j].sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		lfd[j] = socket(AF_INET, SOCK_STREAM, 0);
-		if (lfd[j] < 0 || bind(lfd[j], (struct sockaddr *)&sa[j], sizeof(sa[j])) < 0 || listen(lfd[j], 4) < 0 ||
-		    getsockname(lfd[j], (struct sockaddr *)&sa[j], &l) < 0)
-			die("listen");
-	}
+	for (int j = 0; j <= n; j++)
+		lfd[j] = loopback_listener(&sa[j], 4);
 	for (int p = 0; p <= n + 1; p++) {
 		if (fork() != 0)
 			continue;

@@ -202,9 +202,14 @@ def iperf(mode, streams=1):
     return round(json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9, 2)
 
 
+def redis_server(mode, p):
+    return start(["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                 mode, port=p)
+
+
 def redis(mode, test="get", clients=1):
     p = port()
-    srv = start(["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], mode, port=p)
+    srv = redis_server(mode, p)
     out = run(["redis-benchmark", "-p", str(p), "-t", test, "-c", str(clients), "-n", str(25000 * S), "-q"], mode).stdout
     stop(srv)
     m = re.search(r"%s: ([\d.]+) requests per second, p50=([\d.]+) msec" % test.upper(), out.replace("\r", "\n"))
@@ -242,11 +247,8 @@ def nginx(mode, path="s.txt", conns=1):
         subprocess.run(["kill", open(d + "/nginx.pid").read().strip()])
 
 
-def haproxy_nginx(mode, conns=1):
-    """A web service front: haproxy in front of nginx, both under dsock."""
-    p, h = port(), port(); d = os.path.join(TMP, f"hp-{mode}-{p}")
-    nginx_conf(d, p)
-    run(["nginx", "-c", d + "/nginx.conf", "-p", d], mode)
+def haproxy_front(mode, d, h, p):
+    """haproxy on port h in front of the HTTP server on port p (config in d)."""
     open(d + "/haproxy.cfg", "w").write(f"""defaults
   mode http
   timeout connect 5s
@@ -259,7 +261,15 @@ backend b
   http-reuse always
   server n 127.0.0.1:{p}
 """)
-    hp = start(["haproxy", "-f", d + "/haproxy.cfg"], mode, port=h)
+    return start(["haproxy", "-f", d + "/haproxy.cfg"], mode, port=h)
+
+
+def haproxy_nginx(mode, conns=1):
+    """A web service front: haproxy in front of nginx, both under dsock."""
+    p, h = port(), port(); d = os.path.join(TMP, f"hp-{mode}-{p}")
+    nginx_conf(d, p)
+    run(["nginx", "-c", d + "/nginx.conf", "-p", d], mode)
+    hp = haproxy_front(mode, d, h, p)
     try:
         return wrk(mode, f"http://127.0.0.1:{h}/s.txt", conns)
     finally:
@@ -275,10 +285,6 @@ def tool(name):
     return exe
 
 
-def conns_bin():
-    return tool("conns")
-
-
 def nf_chain(mode, n):
     return float(run([tool("nfchain"), str(n), str(S)], mode).stdout.split()[0])
 
@@ -288,8 +294,7 @@ def web_service(mode, conns=1):
     r, w, p, h = port(), port(), port(), port()
     d = os.path.join(TMP, f"web-{mode}-{p}")
     os.makedirs(d, mode=0o755, exist_ok=True)
-    rs = start(["redis-server", "--port", str(r), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-               mode, port=r)
+    rs = redis_server(mode, r)
     subprocess.run(["redis-cli", "-p", str(r), "set", "page", "v" * 100], capture_output=True)
     app = start([tool("webkv"), str(w), str(r), "page"], mode, port=w)
     open(d + "/nginx.conf", "w").write(f"""worker_processes 1; pid {d}/nginx.pid; error_log {d}/e.log;
@@ -299,19 +304,7 @@ upstream app {{ server 127.0.0.1:{w}; keepalive 16; }}
 server {{ listen 127.0.0.1:{p}; location / {{ proxy_pass http://app; proxy_http_version 1.1;
 proxy_set_header Connection ""; }} }} }}""")
     run(["nginx", "-c", d + "/nginx.conf", "-p", d], mode)
-    open(d + "/haproxy.cfg", "w").write(f"""defaults
-  mode http
-  timeout connect 5s
-  timeout client 30s
-  timeout server 30s
-frontend f
-  bind 127.0.0.1:{h}
-  default_backend b
-backend b
-  http-reuse always
-  server n 127.0.0.1:{p}
-""")
-    hp = start(["haproxy", "-f", d + "/haproxy.cfg"], mode, port=h)
+    hp = haproxy_front(mode, d, h, p)
     try:
         return wrk(mode, f"http://127.0.0.1:{h}/page", conns)
     finally:
@@ -322,11 +315,11 @@ backend b
 
 
 def conn_rate(mode):
-    return float(run([conns_bin(), "rate", str(S)], mode).stdout.split()[0])
+    return float(run([tool("conns"), "rate", str(S)], mode).stdout.split()[0])
 
 
 def conn_scale(mode, n):
-    out = run([conns_bin(), "scale", str(n), str(S)], mode).stdout.split()
+    out = run([tool("conns"), "scale", str(n), str(S)], mode).stdout.split()
     mib = lambda k: round(int(k) / 1024, 1) if int(k) >= 0 else None  # negative: could not be read
     return float(out[0]), mib(out[1]), mib(out[2])
 

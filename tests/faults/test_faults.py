@@ -78,6 +78,29 @@ def daemon_pid():
         return 0
 
 
+def say(p, cmd):
+    p.stdin.write(cmd + "\n"); p.stdin.flush()
+
+
+def more_conn(srv, cli, i, echo=True):
+    """The client makes connection i; the server accepts it (and echoes on it)."""
+    say(cli, "connect"); line(cli); line(srv)
+    if echo:
+        say(srv, "echo %d" % i); line(srv)
+
+
+def echo_pair(server=None, client=None, srv_prefix=(), cli_prefix=(), warm=True):
+    """SERVER and CLIENT under dsock, connection 0 echoing; warm: 50 round
+    trips first, so that both ends have paired (offers go at the first I/O)."""
+    srv = under_dsock(server or SERVER, prefix=srv_prefix)
+    port = int(line(srv))
+    cli = under_dsock(client or CLIENT, port, prefix=cli_prefix)
+    more_conn(srv, cli, 0)
+    if warm:
+        say(cli, "pingpong 0 50"); line(cli)
+    return srv, cli, port
+
+
 # A server: accepts connections and, per line on stdin, acts on one of them.
 SERVER = r'''
 import socket, sys, os, threading, time, mmap
@@ -169,17 +192,11 @@ print("eof", time.monotonic(), n, flush=True)
 
 try:
     # ---- 1. SIGKILL the receiver in the middle of a transfer -------------------
-    srv = under_dsock(SERVER)
-    port = int(line(srv))
-    cli = under_dsock(CLIENT, port)
-    cli.stdin.write("connect\n"); cli.stdin.flush()
-    line(cli); line(srv)
-    srv.stdin.write("echo 0\n"); srv.stdin.flush(); line(srv)
-    cli.stdin.write("pingpong 0 50\n"); cli.stdin.flush(); line(cli)
+    srv, cli, port = echo_pair()
     check("1. connection on the fast path", on_shm(cli.pid), paths_of(cli.pid))
     # the client floods and never reads: the echo stalls, so the client ends
     # up blocked in send when the server dies
-    cli.stdin.write("flood 0\n"); cli.stdin.flush(); line(cli)
+    say(cli, "flood 0"); line(cli)
     time.sleep(0.3)
     os.kill(srv.pid, signal.SIGKILL)  # `dsock run` execs the program: same pid
     t_kill = time.monotonic()
@@ -212,57 +229,44 @@ while True: a.sendall(b"z" * 65536)
     sink2.kill()
 
     # ---- 3. dsockd killed and restarted under load ----------------------------
-    srv = under_dsock(SERVER)
-    port = int(line(srv))
-    cli = under_dsock(CLIENT, port)
-    cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
-    srv.stdin.write("echo 0\n"); srv.stdin.flush(); line(srv)
-    cli.stdin.write("pingpong 0 50\n"); cli.stdin.flush(); line(cli)
+    srv, cli, port = echo_pair()
     check("3. connection on the fast path", on_shm(cli.pid), paths_of(cli.pid))
     dpid = daemon_pid()
     os.kill(dpid, signal.SIGKILL)
     time.sleep(0.2)
-    cli.stdin.write("pingpong 0 2000\n"); cli.stdin.flush()
+    say(cli, "pingpong 0 2000")
     check("3. established connection works with dsockd dead (2000 round trips)", line(cli) == "pingpong ok")
-    cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
-    srv.stdin.write("echo 1\n"); srv.stdin.flush(); line(srv)
-    cli.stdin.write("pingpong 1 200\n"); cli.stdin.flush()
+    more_conn(srv, cli, 1)
+    say(cli, "pingpong 1 200")
     check("3. new connection with no daemon works (kernel)", line(cli) == "pingpong ok")
     subprocess.run([DSOCK, "run", "--", "true"], env=ENV, timeout=30)  # starts a daemon
     check("3. a new daemon is up", daemon_pid() not in (0, dpid), daemon_pid())
-    cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
-    srv.stdin.write("echo 2\n"); srv.stdin.flush(); line(srv)
-    cli.stdin.write("pingpong 2 200\n"); cli.stdin.flush(); line(cli)
+    more_conn(srv, cli, 2)
+    say(cli, "pingpong 2 200"); line(cli)
     ok = on_shm(cli.pid, 1, 5)
     rows = paths_of(cli.pid)
     check("3. after the restart a new connection is upgraded again", ok, rows)
-    cli.stdin.write("pingpong 0 500\n"); cli.stdin.flush()
+    say(cli, "pingpong 0 500")
     check("3. the first connection still works", line(cli) == "pingpong ok")
     for p in (srv, cli):
         p.kill()
 
     # ---- 4. a hostile peer ------------------------------------------------------
-    srv = under_dsock(SERVER)
-    port = int(line(srv))
-    cli = under_dsock(CLIENT, port)
-    cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
-    srv.stdin.write("echo 0\n"); srv.stdin.flush(); line(srv)
-    cli.stdin.write("pingpong 0 50\n"); cli.stdin.flush(); line(cli)
+    srv, cli, port = echo_pair()
     check("4. victim connection on the fast path", on_shm(cli.pid), paths_of(cli.pid))
-    srv.stdin.write("scribble\n"); srv.stdin.flush()
+    say(srv, "scribble")
     out = line(srv); line(srv)
     check("4. the hostile peer found and scribbled one connection's memory", out == "scribbled 1", out)
-    cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
-    srv.stdin.write("echo 1\n"); srv.stdin.flush(); line(srv)
-    cli.stdin.write("recvnb 0\n"); cli.stdin.flush()
+    more_conn(srv, cli, 1)
+    say(cli, "recvnb 0")
     out = line(cli).split()
     check("4. the victim's read on the scribbled connection is ECONNRESET", out[:2] == ["error", "ECONNRESET"], out)
-    cli.stdin.write("pingpong 1 1000\n"); cli.stdin.flush()
+    say(cli, "pingpong 1 1000")
     check("4. the victim's other connection keeps working", line(cli) == "pingpong ok")
     check("4. the victim is alive", cli.poll() is None)
-    cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
+    more_conn(srv, cli, 2, echo=False)
     on_shm(cli.pid, 2)
-    cli.stdin.write("sendtimeo 2\n"); cli.stdin.flush()
+    say(cli, "sendtimeo 2")
     out = line(cli, 15).split()
     check("4. a peer that never returns window: SO_SNDTIMEO ends the send (EAGAIN)",
           out[:2] == ["sendtimeo", "EAGAIN"] and float(out[2]) < 3, out)
@@ -281,12 +285,7 @@ while True: a.sendall(b"z" * 65536)
         os.chmod(tmp, 0o755)  # the daemon's own checks are under test, not the directory's
         cli_copy = os.path.join(tmp, "dsock-cli")
         shutil.copy(DSOCK, cli_copy); os.chmod(cli_copy, 0o755)
-        srv = under_dsock(SERVER)
-        port = int(line(srv))
-        cli = under_dsock(CLIENT, port)
-        cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
-        srv.stdin.write("echo 0\n"); srv.stdin.flush(); line(srv)
-        cli.stdin.write("pingpong 0 50\n"); cli.stdin.flush(); line(cli)
+        srv, cli, port = echo_pair()
         check("6. root's connection on the fast path", on_shm(cli.pid), paths_of(cli.pid))
         as_user = lambda *a: subprocess.run(["runuser", "-u", user, "--", "env", "DSOCK_SOCKET=" + SOCK, *a],
                                             capture_output=True, text=True, timeout=20)
@@ -305,7 +304,7 @@ while True: a.sendall(b"z" * 65536)
                     *["/proc/%d/fd/%s" % (cli.pid, f) for f in memfds])
         check("6. another user cannot open root's connection memory (%d memfds tried)" % len(memfds),
               memfds and "opened" not in r.stdout and r.stdout.count("denied") == len(memfds), r.stdout + r.stderr)
-        cli.stdin.write("pingpong 0 100\n"); cli.stdin.flush()
+        say(cli, "pingpong 0 100")
         check("6. root's connection still works", line(cli) == "pingpong ok")
         for p in (srv, cli):
             p.kill()
@@ -325,13 +324,11 @@ while True: a.sendall(b"z" * 65536)
         if r.returncode != 0:
             print("skip 5. network namespaces: " + r.stderr.strip())
         else:
-            srv = under_dsock(SERVER.replace('"127.0.0.1", 0', '"10.199.0.1", 0'), prefix=("ip", "netns", "exec", "dsockF1"))
-            port = int(line(srv))
-            cli = under_dsock(CLIENT.replace('"127.0.0.1", port', '"10.199.0.1", port'), port,
-                              prefix=("ip", "netns", "exec", "dsockF2"))
-            cli.stdin.write("connect\n"); cli.stdin.flush(); line(cli); line(srv)
-            srv.stdin.write("echo 0\n"); srv.stdin.flush(); line(srv)
-            cli.stdin.write("pingpong 0 300\n"); cli.stdin.flush()
+            srv, cli, port = echo_pair(SERVER.replace('"127.0.0.1", 0', '"10.199.0.1", 0'),
+                                       CLIENT.replace('"127.0.0.1", port', '"10.199.0.1", port'),
+                                       ("ip", "netns", "exec", "dsockF1"), ("ip", "netns", "exec", "dsockF2"),
+                                       warm=False)
+            say(cli, "pingpong 0 300")
             out = line(cli)
             check("5. across namespaces the connection works", out == "pingpong ok", out + (cli.stderr.read(500) if cli.poll() is not None else ""))
             time.sleep(0.5)

@@ -293,6 +293,23 @@ static int drain_tokens(int fd)
 	}
 }
 
+/* A token may be in our kernel socket: one of the flags says so. */
+static int tokens_flagged(struct shm_conn *c)
+{
+	return __atomic_load_n(&c->rx->token, __ATOMIC_RELAXED) ||
+	       __atomic_load_n(&c->tx->space_token, __ATOMIC_RELAXED);
+}
+
+/* Clears both token flags, then drains (flags first: a producer that sets
+ * one again afterwards sends a byte we may or may not see).  Returns as
+ * drain_tokens. */
+static int clear_and_drain(struct shm_conn *c, int fd)
+{
+	__atomic_store_n(&c->rx->token, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&c->tx->space_token, 0, __ATOMIC_SEQ_CST);
+	return drain_tokens(fd);
+}
+
 /* Sets our lease as consumer.  Extending it is written only when less
  * than half of it is left (the producer reads the line on every send);
  * ending it is always followed by a full fence (the caller then looks at
@@ -322,12 +339,8 @@ static int rx_settle(struct shm_conn *c, int fd)
 
 	hot(c, 0);
 	avail = rx_avail(c, &head);
-	if (avail == 0 && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) &&
-	    (__atomic_load_n(&c->rx->token, __ATOMIC_RELAXED) ||
-	     __atomic_load_n(&c->tx->space_token, __ATOMIC_RELAXED))) {
-		__atomic_store_n(&c->rx->token, 0, __ATOMIC_SEQ_CST);
-		__atomic_store_n(&c->tx->space_token, 0, __ATOMIC_SEQ_CST);
-		k = drain_tokens(fd);
+	if (avail == 0 && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) && tokens_flagged(c)) {
+		k = clear_and_drain(c, fd);
 		avail = rx_avail(c, &head);
 		drained = 1;
 	}
@@ -365,11 +378,8 @@ static int rx_leave(struct shm_conn *c, int fd)
 		/* tokens that came while we were away, for data now read: drain
 		 * them, or the kernel shows a readable socket with nothing to read
 		 * (to pollers we do not see, to a nested epoll, to close: RST) */
-		if ((__atomic_load_n(&c->rx->token, __ATOMIC_RELAXED) ||
-		     __atomic_load_n(&c->tx->space_token, __ATOMIC_RELAXED)) && rx_avail(c, &head) == 0) {
-			__atomic_store_n(&c->rx->token, 0, __ATOMIC_SEQ_CST);
-			__atomic_store_n(&c->tx->space_token, 0, __ATOMIC_SEQ_CST);
-			int k = drain_tokens(fd);
+		if (tokens_flagged(c) && rx_avail(c, &head) == 0) {
+			int k = clear_and_drain(c, fd);
 			if (k)
 				return k;
 		}
@@ -773,9 +783,7 @@ static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int fl
 				/* after the switch every kernel byte is a token, whatever
 				 * the flag says (a token can land after its flag was
 				 * cleared): drain them, or the sleep below never sleeps */
-				__atomic_store_n(&c->rx->token, 0, __ATOMIC_SEQ_CST);
-				__atomic_store_n(&c->tx->space_token, 0, __ATOMIC_SEQ_CST);
-				k = drain_tokens(fd);
+				k = clear_and_drain(c, fd);
 			} else {
 				k = pk == 0 ? 1 : errno != EAGAIN ? -errno : 0;
 			}
@@ -990,9 +998,7 @@ int shm_spurious_in(struct dsock_sock *s, int fd)
 	/* only tokens: every byte here is one, and no FIN or error follows */
 	n = dsock_real.recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
 	if (n > 0) {
-		__atomic_store_n(&c->rx->token, 0, __ATOMIC_SEQ_CST);
-		__atomic_store_n(&c->tx->space_token, 0, __ATOMIC_SEQ_CST);
-		int k = drain_tokens(fd);
+		int k = clear_and_drain(c, fd);
 		int64_t avail = rx_avail(c, &head);
 		n = k == 0 && avail == 0 ? 1 : 0;
 		/* data came in meanwhile, and its token may have gone down the
