@@ -32,8 +32,9 @@ DSOCKD   = $(BUILD)/bin/dsockd
 DSOCK    = $(BUILD)/bin/dsock
 UNIT     = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 CONF     = $(BUILD)/tests/conformance $(BUILD)/tests/conf-scen $(BUILD)/tests/libbroken.so
+SOAK     = $(BUILD)/tests/soak
 
-all: $(LIBDSOCK) $(DSOCKD) $(DSOCK) $(UNIT) $(CONF)
+all: $(LIBDSOCK) $(DSOCKD) $(DSOCK) $(UNIT) $(CONF) $(SOAK)
 
 # daemon, CLI and unit tests only (what SAN= instruments)
 san: $(DSOCKD) $(DSOCK) $(UNIT)
@@ -74,10 +75,27 @@ $(BUILD)/tests/conformance: tests/conformance/harness.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
 
+$(SOAK): tests/soak/soak.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
+
 # A deliberately wrong wrapper, used only to show the harness can fail.
 $(BUILD)/tests/libbroken.so: tests/conformance/broken.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -shared -o $@ $< -ldl
+
+# Fuzzers (clang + libFuzzer): make fuzz CC=clang BUILD=build-fuzz
+#   SAN=address,undefined,fuzzer-no-link; run with tests/fuzz/run.sh.
+FUZZ_DAEMON_OBJ = $(call obj,bin,$(COMMON_SRC) $(filter-out src/daemon/main.c src/daemon/server.c,$(DAEMON_SRC)))
+fuzz: $(BUILD)/fuzz/fuzz_ring $(BUILD)/fuzz/fuzz_proto
+
+$(BUILD)/fuzz/fuzz_ring: tests/fuzz/fuzz_ring.c $(UNIT_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SANFLAGS) -fsanitize=fuzzer -o $@ $< $(UNIT_LIB_OBJ) $(LDFLAGS) -ldl
+
+$(BUILD)/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c src/daemon/server.c $(FUZZ_DAEMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SANFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_DAEMON_OBJ) $(LDFLAGS)
 
 check: all
 	tests/run.sh $(BUILD)
@@ -85,4 +103,4 @@ check: all
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all san check clean
+.PHONY: all san fuzz check clean

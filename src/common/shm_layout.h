@@ -34,7 +34,16 @@ struct dsock_shm_side {
 			       * sending moved to the ring; DSOCK_SWITCH_NONE before */
 	uint32_t closing;     /* hint: this side closed or shut down writing */
 	uint32_t cpu;         /* hint: the CPU this side last sent from (+1; 0 unknown) */
-	uint8_t pad[DSOCK_CL - 24];
+	uint64_t kread;       /* kernel bytes this side's readers consumed since the
+			       * offer, while the peer's switch offset still
+			       * mattered (rx lock held): the kernel's own counter
+			       * cannot say whether it includes a FIN once the
+			       * socket is closed */
+	uint32_t holders;     /* processes holding this side's socket (attach: 1;
+			       * +1 per fork child and spawned adopter, -1 per
+			       * close); only the last one's close ends the
+			       * connection here */
+	uint8_t pad[DSOCK_CL - 36];
 } __attribute__((aligned(DSOCK_CL)));
 
 /* Ring r carries data from side r to side 1 - r. */

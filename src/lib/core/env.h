@@ -26,9 +26,9 @@ char *const *dsock_env_fix(char *const envp[], char **out, size_t cap, char *sbu
 
 /* Declares `name`, the fixed environment for envp, on the caller's stack,
  * with the fast-path connections handed over (DSOCK_SHM_FDS). */
-#define DSOCK_ENV_FIXED(envp, name) \
+#define DSOCK_ENV_FIXED(envp, name, spawn) \
 	char name##_x[1024]; \
-	size_t name##_xl = dsock_shm_exec_env(name##_x, sizeof(name##_x)); \
+	size_t name##_xl = dsock_shm_exec_env(name##_x, sizeof(name##_x), spawn); \
 	size_t name##_cap = dsock_env_count(envp) + DSOCK_ENV_SAVED_MAX + 3; \
 	char *name##_v[name##_cap]; \
 	char name##_s[dsock_env_strbuf_size(envp)]; \

@@ -130,7 +130,10 @@ __attribute__((destructor)) static void dsock_fini(void)
 	char line[64];
 	int fd, len;
 
-	if (!path || !*path || n <= 0 || (int)syscall(SYS_getpid) != dsock_proc.pid)
+	if ((int)syscall(SYS_getpid) != dsock_proc.pid)
+		return;
+	dsock_shm_exit();
+	if (!path || !*path || n <= 0)
 		return;
 	fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (fd < 0)

@@ -20,7 +20,7 @@ DSOCK_API pid_t fork(void)
 
 DSOCK_API int execve(const char *path, char *const argv[], char *const envp[])
 {
-	DSOCK_ENV_FIXED(envp, env);
+	DSOCK_ENV_FIXED(envp, env, 0);
 	int r_ = (int)SYSRET(dsock_real.execve(path, argv, env));
 	dsock_shm_exec_failed(); /* still here: the exec failed */
 	return (int)dsock_ret(r_);
@@ -28,7 +28,7 @@ DSOCK_API int execve(const char *path, char *const argv[], char *const envp[])
 
 DSOCK_API int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	DSOCK_ENV_FIXED(envp, env);
+	DSOCK_ENV_FIXED(envp, env, 0);
 	int r_ = (int)SYSRET(dsock_real.execvpe(file, argv, env));
 	dsock_shm_exec_failed(); /* still here: the exec failed */
 	return (int)dsock_ret(r_);
@@ -46,7 +46,7 @@ DSOCK_API int execvp(const char *file, char *const argv[])
 
 DSOCK_API int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags)
 {
-	DSOCK_ENV_FIXED(envp, env);
+	DSOCK_ENV_FIXED(envp, env, 0);
 	int r_ = (int)SYSRET(dsock_real.execveat(dirfd, path, argv, env, flags));
 	dsock_shm_exec_failed(); /* still here: the exec failed */
 	return (int)dsock_ret(r_);
@@ -54,7 +54,7 @@ DSOCK_API int execveat(int dirfd, const char *path, char *const argv[], char *co
 
 DSOCK_API int fexecve(int fd, char *const argv[], char *const envp[])
 {
-	DSOCK_ENV_FIXED(envp, env);
+	DSOCK_ENV_FIXED(envp, env, 0);
 	int r_ = (int)SYSRET(dsock_real.fexecve(fd, argv, env));
 	dsock_shm_exec_failed(); /* still here: the exec failed */
 	return (int)dsock_ret(r_);
@@ -99,7 +99,7 @@ DSOCK_API int execle(const char *path, const char *arg, ...)
 DSOCK_API int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
 			  const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
-	DSOCK_ENV_FIXED(envp, env);
+	DSOCK_ENV_FIXED(envp, env, 1);
 	int r = dsock_real.posix_spawn(pid, path, fa, attr, argv, env);
 	dsock_shm_exec_failed(); /* the parent keeps its memfds private */
 	return r;
@@ -108,7 +108,7 @@ DSOCK_API int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_a
 DSOCK_API int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
 			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
-	DSOCK_ENV_FIXED(envp, env);
+	DSOCK_ENV_FIXED(envp, env, 1);
 	int r = dsock_real.posix_spawnp(pid, file, fa, attr, argv, env);
 	dsock_shm_exec_failed();
 	return r;

@@ -64,6 +64,7 @@ struct dsock_sock *dsock_sock_new(int domain, int type, int protocol)
 	s->id = atomic_fetch_add_explicit(&next_id, 1, memory_order_relaxed);
 	s->tp = NULL;
 	s->tp_priv = NULL;
+	s->owner = NULL;
 	s->next_free = NULL;
 	/* release: the fields above are visible to whoever sees ref > 0 */
 	atomic_store_explicit(&s->ref, 1, memory_order_release);
@@ -79,8 +80,9 @@ void dsock_sock_put(struct dsock_sock *s)
 {
 	if (atomic_fetch_sub_explicit(&s->ref, 1, memory_order_acq_rel) != 1)
 		return;
-	if (s->tp && s->tp->release)
-		s->tp->release(s);
+	if (s->owner && s->owner->release)
+		s->owner->release(s);
+	s->owner = NULL;
 	if (atomic_load_explicit(&s->flags, memory_order_relaxed) & DSOCK_SF_REPORTED)
 		dsock_ctl_sock_closed(s);
 	lock();

@@ -31,6 +31,10 @@ struct dsock_sock {
 	uint64_t id;                      /* unique in this process */
 	const struct dsock_transport *tp; /* NULL: the kernel carries the data */
 	void *tp_priv;
+	/* the transport whose state tp_priv is: it stays the owner after tp
+	 * goes back to NULL (fallback to the kernel), and releases it at the
+	 * last put */
+	const struct dsock_transport *owner;
 	struct dsock_sock *next_free;
 };
 

@@ -21,6 +21,7 @@ int dsock_transport_offer(struct dsock_sock *s, int fd, int role, unsigned *reas
 	for (int i = 0; i < ntransports; i++) {
 		*reason = DSOCK_R_NONE;
 		if (transports[i]->offer(s, fd, role, reason) == 0) {
+			s->owner = transports[i];
 			/* release: readers that see tp also see the state the
 			 * transport set up in offer() */
 			__atomic_store_n(&s->tp, transports[i], __ATOMIC_RELEASE);

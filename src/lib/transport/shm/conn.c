@@ -26,6 +26,36 @@
 
 static pthread_mutex_t pending_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_conn *pending; /* connections waiting for a RESULT */
+/* attached connections, whose holders a fork counts (held_mu after pending_mu) */
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct shm_conn *held;
+
+static void held_add(struct shm_conn *c)
+{
+	pthread_mutex_lock(&held_mu);
+	c->hprev = NULL;
+	c->hnext = held;
+	if (held)
+		held->hprev = c;
+	held = c;
+	c->on_held = 1;
+	pthread_mutex_unlock(&held_mu);
+}
+
+static void held_remove(struct shm_conn *c)
+{
+	if (!c->on_held)
+		return;
+	pthread_mutex_lock(&held_mu);
+	if (c->hprev)
+		c->hprev->hnext = c->hnext;
+	else
+		held = c->hnext;
+	if (c->hnext)
+		c->hnext->hprev = c->hprev;
+	c->on_held = 0;
+	pthread_mutex_unlock(&held_mu);
+}
 
 int64_t shm_now_ns(void)
 {
@@ -152,6 +182,10 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 		return;
 	}
 	DSOCK_DBG("sock %llu attached as side %d, ring %u bytes", (unsigned long long)s->id, side, size);
+	/* no kernel read is in flight: the count is exact (side.kread) */
+	__atomic_store_n(&c->me->kread, (uint64_t)atomic_load(&c->pending_read), __ATOMIC_RELEASE);
+	__atomic_store_n(&c->me->holders, 1, __ATOMIC_RELEASE);
+	held_add(c);
 	if (c->wr_shut) /* shut down while pending: never switch to the ring */
 		__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
 	/* seq_cst: the peer switches only after it sees this */
@@ -336,6 +370,7 @@ void shm_release(struct dsock_sock *s)
 		atomic_fetch_sub(&dsock_fastpath_conns, 1);
 	}
 	dsock_hidden_set(&c->unbacked, 0);
+	held_remove(c); /* before the unmap: a fork may be counting */
 	if (c->h) {
 		if (c->me->attached != DSOCK_ATT_ATTACHED)
 			__atomic_store_n(&c->me->attached, DSOCK_ATT_REFUSED, __ATOMIC_RELEASE);
@@ -375,16 +410,30 @@ void dsock_shm_fork_prepare(void)
 	pthread_mutex_lock(&pending_mu);
 	for (struct shm_conn *c = pending; c; c = c->next)
 		c->refuse = 1;
+	/* the child holds every attached connection too: counted here, before
+	 * the fork returns, or the parent's close could come first and end a
+	 * connection the child goes on using (the soak hung that way) */
+	pthread_mutex_lock(&held_mu);
+	for (struct shm_conn *c = held; c; c = c->hnext)
+		if (!c->let_go)
+			__atomic_add_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST);
 }
 
 void dsock_shm_fork_parent(void)
 {
+	pthread_mutex_unlock(&held_mu);
 	pthread_mutex_unlock(&pending_mu);
 }
 
 void dsock_shm_fork_child(void)
 {
 	struct shm_conn *list = pending;
+
+	pthread_mutex_init(&held_mu, NULL);
+	/* the child counts the connections it moves bytes through itself */
+	atomic_store(&dsock_shm_ring_conns, 0);
+	for (struct shm_conn *c = held; c; c = c->hnext)
+		c->used_ring = 0;
 
 	pthread_mutex_init(&pending_mu, NULL);
 	pending = NULL;
@@ -402,7 +451,11 @@ struct exec_walk {
 	char *buf;
 	size_t n, used;
 	int restore;
+	int new_holder; /* the new program runs in a process not counted yet */
+	unsigned mark;  /* this exec attempt */
 };
+
+static unsigned exec_mark;
 
 static void exec_one(int fd, struct dsock_sock *s, void *arg)
 {
@@ -418,27 +471,56 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 	}
 	if (w->restore) {
 		dsock_real.fcntl(c->memfd, F_SETFD, FD_CLOEXEC);
+		if (c->exec_dropped) { /* still ours after all */
+			c->exec_dropped = 0;
+			c->let_go = 0;
+			__atomic_add_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST);
+		}
 		return;
 	}
 	fl = dsock_real.fcntl(fd, F_GETFD);
 	if (fl < 0 || (fl & FD_CLOEXEC))
 		return;
-	int len = snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%d:%u:%lld:%lld", w->used ? "," : "",
-			   fd, c->memfd, c->side, c->size, (long long)c->tx_base, (long long)c->rx_base);
+	int len = snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%d:%u:%lld:%d", w->used ? "," : "",
+			   fd, c->memfd, c->side, c->size, (long long)c->tx_base, w->new_holder);
 	if (len < 0 || (size_t)len >= w->n - w->used)
 		return;
 	dsock_real.fcntl(c->memfd, F_SETFD, 0); /* survives the exec */
 	w->used += (size_t)len;
+	c->exec_mark = w->mark;
 }
 
-size_t dsock_shm_exec_env(char *buf, size_t n)
+/* After the walk: a connection none of whose fds survives the exec is
+ * closed by it, so this process lets go of it (undone if the exec fails). */
+static void exec_drop(int fd, struct dsock_sock *s, void *arg)
+{
+	struct exec_walk *w = arg;
+	struct shm_conn *c;
+
+	if (s->owner == &dsock_shm_transport && (c = shm_conn(s)) && c->state == SC_ATTACHED &&
+	    c->exec_mark != w->mark && !c->let_go) {
+		shm_let_go(c);
+		c->exec_dropped = 1;
+	}
+}
+
+size_t dsock_shm_exec_env(char *buf, size_t n, int spawn)
 {
 	static const char name[] = "DSOCK_SHM_FDS=";
-	struct exec_walk w = { buf + sizeof(name) - 1, n - (sizeof(name) - 1), 0, 0 };
+	/* a vfork child (our memory, its own process) is a new holder too */
+	struct exec_walk w = { .buf = buf + sizeof(name) - 1, .n = n - (sizeof(name) - 1),
+			       .new_holder = spawn || !dsock_table_owner() };
 
 	if (n <= sizeof(name))
 		return 0;
+	/* another process will read these connections: no lease of ours may
+	 * outlive a recv on them from now on (as at fork) */
+	if (w.new_holder)
+		__atomic_add_fetch(&dsock_shm_fork_gen, 1, __ATOMIC_RELAXED);
+	w.mark = ++exec_mark;
 	dsock_fdt_walk(exec_one, &w);
+	if (!w.new_holder) /* our own exec (not a vfork child's: our memory) */
+		dsock_fdt_walk(exec_drop, &w);
 	if (!w.used)
 		return 0;
 	memcpy(buf, name, sizeof(name) - 1);
@@ -447,7 +529,7 @@ size_t dsock_shm_exec_env(char *buf, size_t n)
 
 void dsock_shm_exec_failed(void)
 {
-	struct exec_walk w = { NULL, 0, 0, 1 };
+	struct exec_walk w = { .restore = 1 };
 	dsock_fdt_walk(exec_one, &w);
 }
 
@@ -462,13 +544,13 @@ void dsock_shm_adopt_inherited(void)
 	snprintf(copy, sizeof(copy), "%s", env);
 	unsetenv("DSOCK_SHM_FDS");
 	for (char *save, *e = strtok_r(copy, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
-		int fd, memfd, side;
+		int fd, memfd, side, new_holder;
 		unsigned size;
-		long long txb, rxb;
+		long long txb;
 		struct dsock_sock *s;
 		struct shm_conn *c;
 
-		if (sscanf(e, "%d:%d:%d:%u:%lld:%lld", &fd, &memfd, &side, &size, &txb, &rxb) != 6)
+		if (sscanf(e, "%d:%d:%d:%u:%lld:%d", &fd, &memfd, &side, &size, &txb, &new_holder) != 6)
 			continue;
 		dsock_real.fcntl(memfd, F_SETFD, FD_CLOEXEC);
 		s = dsock_fdt_get(fd);
@@ -489,13 +571,38 @@ void dsock_shm_adopt_inherited(void)
 		atomic_fetch_add(&dsock_fastpath_conns, 1);
 		c->reported = 1;
 		c->tx_base = txb;
-		c->rx_base = rxb;
+		if (new_holder)
+			__atomic_add_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST);
+		held_add(c);
 		s->tp_priv = c;
+		s->owner = &dsock_shm_transport;
 		s->reason = DSOCK_R_NONE;
 		s->state = DSOCK_ST_CONNECTED;
 		__atomic_store_n(&s->tp, &dsock_shm_transport, __ATOMIC_RELEASE);
 		dsock_sock_put(s);
 	}
+}
+
+/* This process lets go of c: returns 1 if it was the last holder. */
+int shm_let_go(struct shm_conn *c)
+{
+	if (c->let_go)
+		return 0;
+	c->let_go = 1;
+	return __atomic_sub_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST) == 0;
+}
+
+/* At exit every fd closes: the last holder ends each connection as a
+ * close would (tokens drained: a FIN, not a reset). */
+static void exit_one(int fd, struct dsock_sock *s, void *arg)
+{
+	if (s->owner == &dsock_shm_transport && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) && shm_conn(s))
+		shm_closing(s, fd);
+}
+
+void dsock_shm_exit(void)
+{
+	dsock_fdt_walk(exit_one, NULL);
 }
 
 /* Called before the kernel close of a PENDING socket: wait (briefly) until

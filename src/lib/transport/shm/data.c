@@ -79,58 +79,42 @@ static size_t iov_total(const struct msghdr *m)
 }
 
 /* TCP states (include/net/tcp_states.h; not in the uapi headers) */
-enum { ST_FIN_WAIT1 = 4, ST_FIN_WAIT2 = 5, ST_TIME_WAIT = 6, ST_CLOSE_WAIT = 8,
-       ST_LAST_ACK = 9, ST_CLOSING = 11 };
+enum { ST_FIN_WAIT1 = 4, ST_FIN_WAIT2 = 5, ST_TIME_WAIT = 6, ST_LAST_ACK = 9, ST_CLOSING = 11 };
 
-/* ---- the kernel's byte counters (shared by every process holding it) ----
- * Each is a counter from TCP_INFO combined with a queue length: read the
- * queue on both sides of the counter and retry until they agree, or an ACK
- * or a segment landing between the two calls would skew the sum (and with
- * it the switch offset) by a few bytes. */
-static int64_t kernel_sum(int fd, int sent)
+/* ---- the kernel's sent-byte counter (shared by every process holding it) --
+ * Data bytes ever written to the kernel socket (plus the baseline): a
+ * counter from TCP_INFO plus the send queue, read on both sides of the
+ * counter and retried until they agree, or an ACK landing between the two
+ * calls would skew the sum (and with it the switch offset).  Our FIN takes
+ * a sequence number: the counter includes it once sent, the queue does not.
+ * (The receive side counts for itself, side.kread: once the socket is
+ * closed, the kernel's counter cannot say whether the peer's FIN is in it,
+ * and one byte of data was lost that way.) */
+static int64_t kernel_sent(int fd)
 {
 	for (int i = 0; i < 1000; i++) {
 		struct tcp_info ti;
 		socklen_t l = sizeof(ti);
 		int q1 = 0, q2 = 0;
-		unsigned long req = sent ? SIOCOUTQ : SIOCINQ;
 
-		if (dsock_real.ioctl(fd, req, &q1) < 0 ||
+		if (dsock_real.ioctl(fd, SIOCOUTQ, &q1) < 0 ||
 		    dsock_real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0 ||
-		    dsock_real.ioctl(fd, req, &q2) < 0)
+		    dsock_real.ioctl(fd, SIOCOUTQ, &q2) < 0)
 			return -1;
 		if (q1 != q2)
 			continue;
-		/* a FIN takes a sequence number: the counters include it once it
-		 * is sent (ours) or received (the peer's); the queues do not */
 		int st = ti.tcpi_state;
-		if (sent)
-			return (int64_t)ti.tcpi_bytes_acked + q1 -
-			       (st == ST_FIN_WAIT1 || st == ST_FIN_WAIT2 || st == ST_CLOSING ||
-				st == ST_TIME_WAIT || st == ST_LAST_ACK);
-		return (int64_t)ti.tcpi_bytes_received - q1 -
-		       (st == ST_CLOSE_WAIT || st == ST_LAST_ACK || st == ST_CLOSING || st == ST_TIME_WAIT);
+		return (int64_t)ti.tcpi_bytes_acked + q1 -
+		       (st == ST_FIN_WAIT1 || st == ST_FIN_WAIT2 || st == ST_CLOSING ||
+			st == ST_TIME_WAIT || st == ST_LAST_ACK);
 	}
 	return -1;
-}
-
-/* Data bytes ever written to the kernel socket (plus the baseline). */
-static int64_t kernel_sent(int fd)
-{
-	return kernel_sum(fd, 1);
-}
-
-/* Data bytes ever read from the kernel socket (plus the baseline). */
-static int64_t kernel_consumed(int fd)
-{
-	return kernel_sum(fd, 0);
 }
 
 int shm_calibrate(struct shm_conn *c, int fd)
 {
 	c->tx_base = kernel_sent(fd);
-	c->rx_base = kernel_consumed(fd);
-	return c->tx_base < 0 || c->rx_base < 0 ? -EINVAL : 0;
+	return c->tx_base < 0 ? -EINVAL : 0;
 }
 
 /* ---- ring indices: checked on every read -------------------------------- */
@@ -647,16 +631,15 @@ static ssize_t rx_kernel(struct shm_conn *c, int fd, struct msghdr *m, size_t of
 	size_t i = 0, cnt = 0, skip = off;
 	ssize_t r;
 
+	uint64_t got = __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE);
+
 	if (sw != DSOCK_SWITCH_NONE) {
-		int64_t got = kernel_consumed(fd) - c->rx_base;
-		if (got < 0)
-			return -EPROTO;
-		if ((uint64_t)got >= sw) {
+		if (got >= sw) {
 			__atomic_store_n(&c->me->rx_switched, 1, __ATOMIC_SEQ_CST);
 			return -EAGAIN;
 		}
-		if (want > sw - (uint64_t)got)
-			want = (size_t)(sw - (uint64_t)got);
+		if (want > sw - got)
+			want = (size_t)(sw - got);
 	}
 	/* the caller's iovec from off, at most want bytes */
 	while (i < m->msg_iovlen && skip >= m->msg_iov[i].iov_len)
@@ -678,12 +661,14 @@ static ssize_t rx_kernel(struct shm_conn *c, int fd, struct msghdr *m, size_t of
 	r = dsock_real.recvmsg(fd, &km, (flags & (MSG_PEEK)) | MSG_DONTWAIT);
 	if (r < 0)
 		return -errno;
+	if (r > 0 && !(flags & MSG_PEEK))
+		__atomic_store_n(&c->me->kread, got + (uint64_t)r, __ATOMIC_RELEASE);
 	if (r > 0 && sw == DSOCK_SWITCH_NONE &&
 	    (sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_SEQ_CST)) != DSOCK_SWITCH_NONE) {
 		/* the peer switched during the read: bytes past its offset are tokens */
-		int64_t after = kernel_consumed(fd) - c->rx_base;
-		if (after > (int64_t)sw)
-			r -= (ssize_t)((uint64_t)after - sw) < r ? (ssize_t)((uint64_t)after - sw) : r;
+		uint64_t after = got + (uint64_t)r;
+		if (after > sw)
+			r -= after - sw < (uint64_t)r ? (ssize_t)(after - sw) : r;
 		if (r == 0)
 			return -EAGAIN;
 	}
@@ -713,6 +698,8 @@ static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int fl
 		}
 		r = dsock_real.recvmsg(fd, m, flags);
 		err = errno;
+		if (r > 0 && !(flags & MSG_PEEK))
+			atomic_fetch_add(&c->pending_read, r);
 		atomic_fetch_sub(&c->kernel_rx_inflight, 1);
 		return r < 0 ? -err : r;
 	}
@@ -906,8 +893,8 @@ long shm_readable(struct dsock_sock *s, int fd)
 		dsock_real.ioctl(fd, SIOCINQ, &inq);
 		if (sw == DSOCK_SWITCH_NONE)
 			return inq + avail;
-		int64_t consumed = kernel_consumed(fd) - c->rx_base;
-		int64_t pre = consumed >= 0 && (uint64_t)consumed < sw ? (int64_t)(sw - (uint64_t)consumed) : 0;
+		uint64_t consumed = __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE);
+		int64_t pre = consumed < sw ? (int64_t)(sw - consumed) : 0;
 		return (pre < inq ? pre : inq) + avail;
 	}
 	return avail;
@@ -924,6 +911,10 @@ void shm_closing(struct dsock_sock *s, int fd)
 	if (c && c->state == SC_PENDING)
 		shm_wait_offer_done(s);
 	if (!c || c->state != SC_ATTACHED)
+		return;
+	/* another process (fork, spawn) still holds the socket: it carries
+	 * on, its tokens must keep coming, the kernel socket stays open */
+	if (!shm_let_go(c))
 		return;
 	__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
 	if (!shm_active(c))

@@ -46,9 +46,14 @@ struct shm_conn {
 	int unbacked;        /* rx ring has data that no token backs */
 	int lingering;       /* on the linger list: our lease outlives a recv */
 	unsigned fork_gen;   /* dsock_shm_fork_gen when attached (in this process) */
+	int let_go;          /* this process no longer counts among the holders */
+	int on_held;         /* on the list of attached connections (conn.c) */
+	struct shm_conn *hnext, *hprev;
+	unsigned exec_mark;  /* the exec attempt that hands it over */
+	int exec_dropped;    /* let go of for an exec that may still fail */
 	int app_nodelay, nodelay_saved; /* TCP_NODELAY as the application set it */
-	int64_t tx_base, rx_base; /* the kernel's byte counters before any
-				   * application byte moved (the SYN may count) */
+	int64_t tx_base;     /* the kernel's sent-byte counter before any
+			      * application byte moved (the SYN may count) */
 	int reported;        /* the daemon has been told we are on shm */
 	int used_ring;       /* bytes moved through the ring (counted once) */
 	int64_t pending_since_ms;
@@ -56,6 +61,8 @@ struct shm_conn {
 	int delayed_side;
 	uint32_t delayed_size;
 	_Atomic int kernel_rx_inflight; /* PENDING kernel reads in progress */
+	_Atomic int64_t pending_read; /* bytes PENDING reads consumed (one
+				       * process: a fork refuses the pairing) */
 	_Atomic int inflight; /* calls inside the transport now */
 	_Atomic int attaching; /* an attach is deciding: PENDING kernel reads wait */
 	_Atomic int kfd;      /* a private dup of the socket, made when the
@@ -84,6 +91,8 @@ void shm_release(struct dsock_sock *s);
 /* Leaves the transport for good: the kernel carries the data. */
 void shm_to_kernel(struct dsock_sock *s, unsigned reason);
 int shm_active(const struct shm_conn *c);
+/* This process lets go of c (close, exit): 1 if it was the last holder. */
+int shm_let_go(struct shm_conn *c);
 /* The shared memory broke its rules: reset this connection only. */
 int shm_fault(struct dsock_sock *s, int fd, const char *what);
 
@@ -93,10 +102,14 @@ void dsock_shm_fork_prepare(void);
 void dsock_shm_fork_parent(void);
 void dsock_shm_fork_child(void);
 /* exec: hands attached connections to the new program through the
- * environment (DSOCK_SHM_FDS), and takes them back in it. */
-size_t dsock_shm_exec_env(char *buf, size_t n);
+ * environment (DSOCK_SHM_FDS), and takes them back in it.  spawn: the new
+ * program runs in another process (posix_spawn), which adds a holder. */
+size_t dsock_shm_exec_env(char *buf, size_t n, int spawn);
 void dsock_shm_exec_failed(void);
 void dsock_shm_adopt_inherited(void);
+/* Normal exit: this process lets go of its connections as close does (a
+ * process that ends with _exit or a signal cannot: see ARCHITECTURE.md). */
+void dsock_shm_exit(void);
 
 /* data.c */
 /* Reads the kernel's counters as the baseline: call before any byte moves. */

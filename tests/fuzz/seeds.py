@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Writes the hand-made seeds of the fuzz corpora (tests/fuzz/corpus/*/seed-*):
+well-formed scripts that reach the deep states at once; the fuzzers mutate
+from there.  The layouts follow src/common/proto.h and tests/fuzz/*.c."""
+import os
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MAGIC, VERSION = 0x4B435344, 1
+HELLO, SOCK_EVENT, STAT_REQ, SHUTDOWN, OFFER = 1, 2, 3, 6, 9
+
+
+def msg(mtype, payload=b"", seq=1):
+    return struct.pack("<IHHII", MAGIC, VERSION, mtype, 16 + len(payload), seq) + payload
+
+
+def hello(flags=0, ppid=0, comm=b"fuzz"):
+    return msg(HELLO, struct.pack("<Ii32s16s", flags, ppid, comm, b"0.3"))
+
+
+def addr(family=2, port=80, ip=b"\x00" * 10 + b"\xff\xff\x7f\x00\x00\x01"):
+    return struct.pack("<HH16s", family, port, ip)
+
+
+def sock_event(ev=2, fd=5, sid=1, state=5, path=1, reason=0):
+    body = struct.pack("<IiQHHHHHH", ev, fd, sid, 2, 1, state, path, reason, 0)
+    return msg(SOCK_EVENT, body + addr(port=40000) + addr(port=80) + b"\0" * 4)
+
+
+def offer(sid=1, role=1):
+    return msg(OFFER, struct.pack("<QII", sid, role, 0))
+
+
+# proto records: ctl (bits 0-1 client, bit 2 fd, bits 3-4 fd kind, bit 5
+# repair header, bit 6 root), length, bytes
+def rec(data, slot=0, fd_kind=None, root=False):
+    ctl = slot | (0x40 if root else 0)
+    if fd_kind is not None:
+        ctl |= 4 | (fd_kind << 3)
+    return bytes([ctl, len(data)]) + data
+
+
+MAIL, CONN, PEER, LISTEN = 2, 0, 1, 3
+PROTO = {
+    "hello": rec(hello(), fd_kind=MAIL),
+    "hello-forked": rec(hello(), slot=0, fd_kind=MAIL) + rec(hello(flags=1, ppid=os.getpid()), slot=1, fd_kind=MAIL),
+    "events": rec(hello(), fd_kind=MAIL) + rec(sock_event(ev=1, state=3)) + rec(sock_event())
+    + rec(sock_event(ev=4)),
+    "pair": rec(hello(), slot=0, fd_kind=MAIL) + rec(hello(), slot=1, fd_kind=MAIL)
+    + rec(offer(1, 1), slot=0, fd_kind=PEER) + rec(offer(2, 2), slot=1, fd_kind=CONN),
+    "offer-listener": rec(hello(), fd_kind=MAIL) + rec(offer(), fd_kind=LISTEN),
+    "stat": rec(hello(), slot=0, fd_kind=MAIL) + rec(sock_event(), slot=0) + rec(msg(STAT_REQ), slot=1)
+    + rec(msg(STAT_REQ), slot=2, root=True),
+    "shutdown": rec(msg(SHUTDOWN), slot=3) + rec(msg(SHUTDOWN), slot=2, root=True),
+    "garbage": rec(b"\x00" * 7) + rec(msg(99)) + rec(hello()[:20]),
+}
+
+# ring scripts: options byte, then opcode + arguments (tests/fuzz/fuzz_ring.c)
+PRODUCE, CONSUME, RECV, SEND, LOOK, S32, S64, SDATA, KSEND, SWITCH, PSHUT, VSHUT, PRST = range(13)
+
+
+def produce(n, token=1):
+    return bytes([PRODUCE]) + struct.pack("<HB", n, token)
+
+
+def consume(n):
+    return bytes([CONSUME]) + struct.pack("<H", n)
+
+
+def recv(n, how=0):
+    return bytes([RECV]) + struct.pack("<HB", n, how)
+
+
+def send(n, vec=0):
+    return bytes([SEND]) + struct.pack("<HB", n, vec)
+
+
+def look(sleep=0):
+    return bytes([LOOK, sleep])
+
+
+def scribble64(off, val):
+    return bytes([S64]) + struct.pack("<HQ", off, val)
+
+
+RING = {
+    "pingpong": bytes([2]) + (send(14) + consume(14) + produce(14) + recv(14)) * 4,
+    "stream": bytes([2]) + produce(4000) + recv(1000, 2) + recv(3000) + produce(4096) + look()
+    + recv(9000, 1) + recv(9000),
+    "backpressure": bytes([2]) + send(9000) + send(100) + look() + consume(4096) + look(1) + send(100),
+    "switch": bytes([0]) + bytes([KSEND, 20]) + recv(5) + bytes([SWITCH]) + produce(100) + recv(200)
+    + recv(200),
+    "switch-tx": bytes([0]) + send(10) + consume(10) + send(20) + consume(20),
+    "linger": bytes([6]) + produce(10) + recv(10) + produce(10) + look(1) + recv(10),
+    "eof": bytes([2]) + produce(50) + bytes([PSHUT]) + recv(20) + recv(100) + recv(100),
+    "reset": bytes([2]) + produce(50) + bytes([PRST]) + recv(10) + send(10),
+    "shutdown": bytes([2]) + send(10) + bytes([VSHUT, 1]) + send(10) + recv(10),
+    "scribble-tail": bytes([2]) + produce(10) + scribble64(448, 1 << 40) + recv(10),  # 448: ring 1 (to side 0), tail
+    "side1": bytes([3]) + send(100) + consume(100) + produce(100) + recv(100),
+}
+
+
+def main():
+    for name, seeds in (("proto", PROTO), ("ring", RING)):
+        d = os.path.join(HERE, "corpus", name)
+        os.makedirs(d, exist_ok=True)
+        for k, v in seeds.items():
+            with open(os.path.join(d, "seed-" + k), "wb") as f:
+                f.write(v)
+    print("seeds written under", os.path.join(HERE, "corpus"), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

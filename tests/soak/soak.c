@@ -1,0 +1,460 @@
+/* The integrity soak: many TCP connections between two processes, random
+ * write and read sizes, peeks, vectored I/O, shutdowns, early closes and
+ * forks, every byte checked.
+ *
+ * Each connection carries a stream named by a random 64-bit id: the client
+ * sends a 16-byte header {id, length} and then `length` bytes of the id's
+ * pseudo-random stream; the server checks every byte and echoes the same
+ * stream back, which the client checks.  A byte lost, duplicated,
+ * reordered or delivered to another connection breaks the check.
+ *
+ *   soak [-s SECONDS] [-c CONCURRENT] [-m MAX_STREAM] [-r SEED] [-f N] [-a N]
+ *   (-f: one step in N forks a helper, default 500; -a: one stream in N is
+ *   cut short by the client, default 20; 0: never)
+ *
+ * The server is this process, the client a fork child; both fork helpers
+ * now and then that take a connection over.  Exit status 0 only if every
+ * byte of every finished stream matched; the last line is
+ *   "soak: N streams (A aborted, F forked), X MiB each way, E errors". */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXC 256
+
+struct conn {
+	int fd;
+	uint64_t id, len;      /* from the header */
+	unsigned char hdr[16];
+	uint64_t hdr_got;      /* header bytes exchanged */
+	uint64_t tx, rx;       /* stream bytes sent and checked */
+	uint64_t abort_at;     /* client: close early once tx reaches this (0: never) */
+	int shut;              /* our SHUT_WR done */
+	int eof;               /* the peer's EOF seen (after the whole stream) */
+};
+
+static uint64_t rng_state;
+static struct conn cs[MAXC];
+static int ncs, errors, is_client;
+static unsigned fork_one_in = 500, abort_one_in = 20; /* 0: never */
+static unsigned long n_streams, n_aborted, n_forked;
+static unsigned long long bytes_moved;
+
+static uint64_t splitmix(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint64_t rnd(uint64_t n)
+{
+	return n ? splitmix(&rng_state) % n : 0;
+}
+
+/* Byte p of stream id (each block of 8 from one hash). */
+static void stream_bytes(uint64_t id, uint64_t p, unsigned char *out, size_t n)
+{
+	uint64_t blk = UINT64_MAX, v = 0;
+	for (size_t i = 0; i < n; i++, p++) {
+		if (p / 8 != blk) {
+			uint64_t x = id ^ ((p / 8) * 0x2545f4914f6cdd1dull);
+			blk = p / 8;
+			v = splitmix(&x);
+		}
+		out[i] = (unsigned char)(v >> (8 * (p % 8)));
+	}
+}
+
+static void fail(struct conn *c, const char *what, uint64_t at)
+{
+	fprintf(stderr, "soak %s: stream %016llx: %s at byte %llu of %llu\n", is_client ? "client" : "server",
+		(unsigned long long)c->id, what, (unsigned long long)at, (unsigned long long)c->len);
+	errors++;
+}
+
+/* Checks n received bytes at stream offset c->rx. */
+static int check(struct conn *c, const unsigned char *buf, size_t n)
+{
+	unsigned char want[65536];
+	stream_bytes(c->id, c->rx, want, n);
+	for (size_t i = 0; i < n; i++)
+		if (buf[i] != want[i]) {
+			fail(c, "wrong byte", c->rx + i);
+			return -1;
+		}
+	return 0;
+}
+
+/* Sends up to a random amount of the stream (the server only what it has
+ * checked: it echoes).  Returns -1 when the connection is over. */
+static int do_send(struct conn *c)
+{
+	unsigned char buf[65536];
+	uint64_t limit = is_client ? c->len : c->rx;
+	size_t n = (size_t)(1 + rnd(sizeof(buf)));
+	ssize_t r;
+
+	if (c->tx >= limit)
+		return 0;
+	if (n > limit - c->tx)
+		n = (size_t)(limit - c->tx);
+	stream_bytes(c->id, c->tx, buf, n);
+	if (rnd(4) == 0 && n > 1) {
+		size_t h = n / 2;
+		struct iovec v[2] = { { buf, h }, { buf + h, n - h } };
+		r = writev(c->fd, v, 2);
+	} else {
+		r = send(c->fd, buf, n, MSG_NOSIGNAL);
+	}
+	if (r < 0)
+		return errno == EAGAIN ? 0 : -1;
+	c->tx += (uint64_t)r;
+	if (is_client)
+		bytes_moved += (uint64_t)r;
+	return 0;
+}
+
+/* Reads and checks; returns 1 at EOF, -1 on error, else 0. */
+static int do_recv(struct conn *c)
+{
+	unsigned char buf[65536], peek[65536];
+	size_t n = (size_t)(1 + rnd(sizeof(buf)));
+	ssize_t r, p = -1;
+
+	if (c->hdr_got < 16) { /* server: the header first */
+		r = recv(c->fd, c->hdr + c->hdr_got, 16 - c->hdr_got, 0);
+		if (r <= 0)
+			return r == 0 ? 1 : errno == EAGAIN ? 0 : -1;
+		c->hdr_got += (uint64_t)r;
+		if (c->hdr_got == 16) {
+			memcpy(&c->id, c->hdr, 8);
+			memcpy(&c->len, c->hdr + 8, 8);
+		}
+		return 0;
+	}
+	if (rnd(8) == 0) {
+		p = recv(c->fd, peek, n, MSG_PEEK);
+		if (p <= 0)
+			return p == 0 ? 1 : errno == EAGAIN ? 0 : -1;
+		n = (size_t)p; /* what a peek saw, a read must see */
+	}
+	if (rnd(4) == 0 && n > 1) {
+		struct iovec v[2] = { { buf, n / 2 }, { buf + n / 2, n - n / 2 } };
+		r = readv(c->fd, v, 2);
+	} else {
+		r = recv(c->fd, buf, n, 0);
+	}
+	if (r <= 0)
+		return r == 0 ? 1 : errno == EAGAIN ? 0 : -1;
+	if (p > 0 && (r != p || memcmp(buf, peek, (size_t)r))) {
+		fail(c, "read differs from the peek before it", c->rx);
+		return -1;
+	}
+	if (c->rx + (uint64_t)r > c->len) {
+		fail(c, "bytes past the end of the stream", c->len);
+		return -1;
+	}
+	if (check(c, buf, (size_t)r))
+		return -1;
+	c->rx += (uint64_t)r;
+	return 0;
+}
+
+/* One step of a connection when its fd is ready; returns 1 when done. */
+static int done(struct conn *c)
+{
+	if (c->hdr_got == 16 && c->rx == c->len && c->tx == c->len) {
+		n_streams++;
+		return 1;
+	}
+	return 0;
+}
+
+static int step(struct conn *c, short rev)
+{
+	if (is_client && done(c)) /* an empty stream */
+		return 1;
+	if (is_client && c->abort_at && c->tx >= c->abort_at) {
+		if (rnd(2)) { /* with unread data this is a reset, as natively */
+			struct linger lg = { 1, 0 };
+			setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		}
+		n_aborted++;
+		return 1;
+	}
+	if (!c->eof && (rev & (POLLIN | POLLHUP | POLLERR))) {
+		int r = do_recv(c);
+		if (r == 1 && !is_client && c->hdr_got == 16 && c->rx == c->len) {
+			c->eof = 1; /* the client shut down after its last byte: echo on */
+		} else if (r != 0) {
+			/* EOF or reset: the client must have had the whole echo; the
+			 * server sees it early only from a client that gave up */
+			if (is_client || !abort_one_in)
+				fail(c, r == 1 ? "early EOF" : errno == ECONNRESET ? "reset" : "recv error", c->rx);
+			else
+				n_aborted++;
+			return 1;
+		}
+	}
+	if (rev & POLLOUT) {
+		if (do_send(c) < 0) {
+			if (is_client || !abort_one_in)
+				fail(c, errno == ECONNRESET ? "send: reset" : errno == EPIPE ? "send: EPIPE" : "send error", c->tx);
+			return 1;
+		}
+		if (!c->shut && c->hdr_got == 16 && c->tx == c->len && rnd(2)) {
+			shutdown(c->fd, SHUT_WR); /* EOF after the last byte */
+			c->shut = 1;
+		}
+	}
+	return done(c);
+}
+
+/* The client's side of a new connection: header first, blocking. */
+static int client_open(const struct sockaddr_in *a, uint64_t max)
+{
+	struct conn *c = &cs[ncs];
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	if (fd < 0 || connect(fd, (const struct sockaddr *)a, sizeof(*a)) < 0) {
+		perror("soak client: connect");
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	memset(c, 0, sizeof(*c));
+	c->fd = fd;
+	c->id = splitmix(&rng_state);
+	c->len = rnd(4) == 0 ? rnd(64) : rnd(max + 1);
+	c->abort_at = abort_one_in && rnd(abort_one_in) == 0 ? 1 + rnd(c->len + 1) : 0;
+	memcpy(c->hdr, &c->id, 8);
+	memcpy(c->hdr + 8, &c->len, 8);
+	if (send(fd, c->hdr, 16, MSG_NOSIGNAL) != 16) {
+		perror("soak client: header");
+		close(fd);
+		return -1;
+	}
+	c->hdr_got = 16;
+	fcntl(fd, F_SETFL, O_NONBLOCK);
+	ncs++;
+	return 0;
+}
+
+static int want_out(const struct conn *c)
+{
+	return c->hdr_got == 16 && c->tx < (is_client ? c->len : c->rx);
+}
+
+/* A helper process takes connection i over and finishes it alone (the
+ * fast path's fork sharing, then the parent's close). */
+static void fork_helper(int i)
+{
+	pid_t pid = fork();
+
+	if (pid < 0)
+		return;
+	if (pid == 0) {
+		struct conn c = cs[i];
+		for (int j = 0; j < ncs; j++)
+			if (j != i && cs[j].fd >= 0)
+				close(cs[j].fd);
+		rng_state ^= (uint64_t)getpid() << 17;
+		errors = 0;
+		for (;;) {
+			struct pollfd p = { c.fd, (short)((c.eof ? 0 : POLLIN) | (want_out(&c) ? POLLOUT : 0)), 0 };
+			if (poll(&p, 1, 10000) <= 0) {
+				/* what a look without waiting finds says whose fault */
+				unsigned char b;
+				int inq = -1;
+				ssize_t pk = recv(c.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+				ioctl(c.fd, FIONREAD, &inq);
+				fprintf(stderr, "soak %s helper: stuck waiting for%s%s; a peek finds %zd (%s), FIONREAD %d, "
+					"tx %llu rx %llu\n", is_client ? "client" : "server",
+					p.events & POLLIN ? " input" : "", p.events & POLLOUT ? " output" : "", pk,
+					pk < 0 ? strerror(errno) : "", inq, (unsigned long long)c.tx,
+					(unsigned long long)c.rx);
+				fail(&c, "helper: no progress for 10 s", c.rx);
+				_exit(1);
+			}
+			if (step(&c, p.revents))
+				break;
+		}
+		/* the three ways a helper ends: close and _exit, exit (atexit
+		 * handlers run), _exit with the socket still open */
+		switch (rnd(3)) {
+		case 0: close(c.fd); _exit(errors ? 1 : 0);
+		case 1: exit(errors ? 1 : 0);
+		default: _exit(errors ? 1 : 0);
+		}
+	}
+	n_forked++;
+	close(cs[i].fd);
+	cs[i].fd = -1;
+}
+
+static int reap(int nohang)
+{
+	int st, bad = 0;
+	pid_t p;
+	while ((p = waitpid(-1, &st, nohang ? WNOHANG : 0)) > 0 || (p < 0 && errno == EINTR))
+		if (p > 0 && (!WIFEXITED(st) || WEXITSTATUS(st))) {
+			fprintf(stderr, "soak: helper %d failed (status %#x)\n", (int)p, st);
+			bad++;
+		}
+	return bad;
+}
+
+static double elapsed(const struct timespec *t0)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double)(now.tv_sec - t0->tv_sec) + (now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* Drives every connection until each is done: the client opens new ones
+ * for `secs`, the server accepts until the client process has exited. */
+static void run_loop(int lfd, const struct sockaddr_in *a, int conc, uint64_t max, double secs, pid_t client)
+{
+	struct pollfd ps[MAXC + 1];
+	struct timespec t0, last;
+	int client_done = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	last = t0;
+	for (;;) {
+		int more = is_client && elapsed(&t0) < secs;
+		while (more && ncs < conc && client_open(a, max) == 0)
+			;
+		if (is_client && !ncs)
+			break;
+		int n = 0;
+		for (int i = 0; i < ncs; i++) {
+			ps[n].fd = cs[i].fd;
+			ps[n].events = (short)((cs[i].eof ? 0 : POLLIN) | (want_out(&cs[i]) ? POLLOUT : 0));
+			n++;
+		}
+		if (!is_client) {
+			ps[n].fd = lfd;
+			ps[n].events = POLLIN;
+			n++;
+		}
+		int r = poll(ps, (nfds_t)n, 100);
+		if (!is_client && !client_done) {
+			int st;
+			if (waitpid(client, &st, WNOHANG) == client) {
+				client_done = 1;
+				if (!WIFEXITED(st) || WEXITSTATUS(st))
+					errors++;
+			}
+		}
+		errors += reap(1);
+		if (r > 0) {
+			clock_gettime(CLOCK_MONOTONIC, &last);
+		} else if (!is_client && client_done && !ncs) {
+			break; /* the client is gone, its connections are all done */
+		} else if (elapsed(&last) > 10) {
+			fprintf(stderr, "soak %s: no progress for 10 s with %d connections\n",
+				is_client ? "client" : "server", ncs);
+			errors++;
+			return;
+		}
+		if (!is_client) {
+			if ((ps[n - 1].revents & POLLIN) && ncs < MAXC) {
+				int fd = accept(lfd, NULL, NULL);
+				if (fd >= 0) {
+					memset(&cs[ncs], 0, sizeof(cs[ncs]));
+					cs[ncs].fd = fd;
+					fcntl(fd, F_SETFL, O_NONBLOCK);
+					ncs++;
+				}
+			}
+		}
+		int polled = is_client ? n : n - 1;
+		for (int i = 0; i < polled; i++) {
+			if (!ps[i].revents)
+				continue;
+			if (step(&cs[i], ps[i].revents)) {
+				close(cs[i].fd);
+				cs[i].fd = -1;
+			} else if (fork_one_in && rnd(fork_one_in) == 0 && cs[i].hdr_got == 16) {
+				fork_helper(i);
+			}
+		}
+		int k = 0; /* drop the finished and handed-over ones */
+		for (int i = 0; i < ncs; i++)
+			if (cs[i].fd >= 0)
+				cs[k++] = cs[i];
+		ncs = k;
+	}
+	errors += reap(0);
+}
+
+int main(int argc, char **argv)
+{
+	double secs = 10;
+	int conc = 32, opt;
+	uint64_t max = 1 << 20, seed = (uint64_t)time(NULL);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+
+	while ((opt = getopt(argc, argv, "s:c:m:r:f:a:")) != -1) {
+		switch (opt) {
+		case 's': secs = atof(optarg); break;
+		case 'c': conc = atoi(optarg); break;
+		case 'm': max = strtoull(optarg, NULL, 0); break;
+		case 'r': seed = strtoull(optarg, NULL, 0); break;
+		case 'f': fork_one_in = (unsigned)atoi(optarg); break;
+		case 'a': abort_one_in = (unsigned)atoi(optarg); break;
+		default:
+			fprintf(stderr, "usage: soak [-s SECONDS] [-c CONCURRENT] [-m MAX_STREAM] [-r SEED]\n"
+				"            [-f FORK_ONE_IN] [-a ABORT_ONE_IN]   (0: never)\n");
+			return 2;
+		}
+	}
+	if (conc < 1 || conc > MAXC)
+		conc = MAXC;
+	signal(SIGPIPE, SIG_IGN);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 512) ||
+	    getsockname(lfd, (struct sockaddr *)&a, &al)) {
+		perror("soak: listen");
+		return 2;
+	}
+	fprintf(stderr, "soak: seed %llu, %g s, %d connections at a time, streams up to %llu bytes\n",
+		(unsigned long long)seed, secs, conc, (unsigned long long)max);
+	pid_t client = fork();
+	if (client < 0) {
+		perror("soak: fork");
+		return 2;
+	}
+	if (client == 0) {
+		close(lfd);
+		is_client = 1;
+		rng_state = seed;
+		run_loop(-1, &a, conc, max, secs, 0);
+		printf("soak: %lu streams (%lu aborted, %lu forked), %.1f MiB each way, %d errors\n",
+		       n_streams, n_aborted, n_forked, (double)bytes_moved / 1048576.0, errors);
+		fflush(stdout);
+		_exit(errors ? 1 : 0);
+	}
+	rng_state = seed ^ 0x5555;
+	run_loop(lfd, &a, conc, max, 0, client);
+	printf("soak server: %lu streams echoed, %lu cut short by the client, %lu forked, %d errors\n",
+	       n_streams, n_aborted, n_forked, errors);
+	return errors ? 1 : 0;
+}
