@@ -80,6 +80,7 @@ step "conformance (native vs dsock, fast path off)" conformance_kernel
 step "conformance harness self-test" harness_selftest
 step "daemon and CLI" daemon_tests
 step "faults: SIGKILL, dsockd restart, hostile peer, namespaces" python3 tests/faults/test_faults.py "$BUILD"
+step "resources: EMFILE, mmap failure, memory limit, fork storm" python3 tests/faults/test_resources.py "$BUILD"
 step "real programs under dsock" tests/apps/run_apps.sh "$BUILD"
 step "integrity soak, native and dsock (15 s each)" tests/soak/run.sh "$BUILD" 15
 step "fuzzers: ring reader, control protocol (30 s each)" tests/fuzz/run.sh 30

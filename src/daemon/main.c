@@ -117,7 +117,19 @@ int main(int argc, char **argv)
 				DSOCK_RING_MIN >> 10, DSOCK_RING_MAX >> 10);
 			return 2;
 		}
-		dd_pairing_config((uint32_t)v);
+		/* connection memory in all: DSOCK_SHM_LIMIT_MB, default a quarter
+		 * of the RAM; beyond it new connections stay on the kernel */
+		const char *mb = getenv("DSOCK_SHM_LIMIT_MB");
+		long long lim = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / 4;
+		if (mb) {
+			char *end;
+			lim = strtoll(mb, &end, 10) * 1024 * 1024;
+			if (*end || lim < 0) {
+				fprintf(stderr, "dsockd: DSOCK_SHM_LIMIT_MB must be a number of MiB (0: no limit)\n");
+				return 2;
+			}
+		}
+		dd_pairing_config((uint32_t)v, (uint64_t)(lim > 0 ? lim : 0));
 	}
 	if (dsock_socket_path(path, sizeof(path))) {
 		fprintf(stderr, "dsockd: socket path too long\n");

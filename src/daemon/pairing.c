@@ -35,7 +35,48 @@ struct dd_offer {
 
 static struct dd_offer *offers;
 static uint32_t ring_size = DSOCK_RING_DEFAULT;
-static unsigned long n_paired, n_kernel, n_pending;
+static uint64_t shm_limit; /* bytes of connection memory; 0: no limit */
+static unsigned long n_paired, n_kernel, n_pending, n_limited;
+
+/* Connection memory in use: a pairing counts until both of its ends have
+ * closed (CLOSE events) or their processes left.  A fork child that keeps
+ * a connection after its parent left is not counted (an estimate, on the
+ * low side, of what the limit bounds). */
+struct dd_live {
+	const struct dd_proc *proc[2];
+	uint64_t sid[2];
+	struct dd_live *next;
+};
+static struct dd_live *live;
+static unsigned long n_live;
+
+static size_t conn_bytes(void)
+{
+	return DSOCK_SHM_HDR + 2 * (size_t)ring_size;
+}
+
+/* Clears the ends that match; frees the records with no end left. */
+static void live_drop(const struct dd_proc *p, int any_sid, uint64_t sid)
+{
+	for (struct dd_live **pp = &live; *pp;) {
+		struct dd_live *x = *pp;
+		for (int i = 0; i < 2; i++)
+			if (x->proc[i] == p && (any_sid || x->sid[i] == sid))
+				x->proc[i] = NULL;
+		if (!x->proc[0] && !x->proc[1]) {
+			*pp = x->next;
+			free(x);
+			n_live--;
+		} else {
+			pp = &x->next;
+		}
+	}
+}
+
+void dd_pairing_closed(const struct dd_proc *p, uint64_t sock_id)
+{
+	live_drop(p, 0, sock_id);
+}
 
 /* Each side offers at its first data call, so either may come first, and
  * the gap is the application's (sockperf's client waits 2 s before its
@@ -52,9 +93,10 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void dd_pairing_config(uint32_t size)
+void dd_pairing_config(uint32_t size, uint64_t limit)
 {
 	ring_size = size;
+	shm_limit = limit;
 }
 
 static void to_addr(const struct sockaddr_storage *ss, struct dsock_addr *a)
@@ -150,9 +192,21 @@ static void pair(struct dd_offer *a, struct dd_offer *b)
 	/* side 0 is the connecting end (a stable choice both can compute) */
 	struct dd_offer *s0 = a->role == 1 ? a : b, *s1 = s0 == a ? b : a;
 	struct dsock_msg_result r = { .result = DSOCK_RES_PAIRED, .ring_size = ring_size };
-	int memfd = make_memfd();
+	struct dd_live *rec = calloc(1, sizeof(*rec));
+	int memfd;
 
+	if (!rec || (shm_limit && (n_live + 1) * conn_bytes() > shm_limit)) {
+		if (rec && n_limited++ % 1000 == 0)
+			DSOCK_WARN("connection memory limit (%llu bytes, %lu connections) reached: "
+				   "new connections stay on the kernel", (unsigned long long)shm_limit, n_live);
+		free(rec);
+		answer_kernel(&a->to, a->sock_id, DSOCK_R_RESOURCE);
+		answer_kernel(&b->to, b->sock_id, DSOCK_R_RESOURCE);
+		return;
+	}
+	memfd = make_memfd();
 	if (memfd < 0) {
+		free(rec);
 		DSOCK_WARN("cannot create connection memory: %s", strerror(-memfd));
 		answer_kernel(&a->to, a->sock_id, DSOCK_R_RESOURCE);
 		answer_kernel(&b->to, b->sock_id, DSOCK_R_RESOURCE);
@@ -166,6 +220,13 @@ static void pair(struct dd_offer *a, struct dd_offer *b)
 	dd_send_result(&s1->to, &r, memfd);
 	close(memfd);
 	n_paired++;
+	rec->proc[0] = s0->to.proc;
+	rec->sid[0] = s0->sock_id;
+	rec->proc[1] = s1->to.proc;
+	rec->sid[1] = s1->sock_id;
+	rec->next = live;
+	live = rec;
+	n_live++;
 	DSOCK_INFO("paired pid %d sock %llu with pid %d sock %llu",
 		   s0->to.proc ? s0->to.proc->pid : -1, (unsigned long long)s0->sock_id,
 		   s1->to.proc ? s1->to.proc->pid : -1, (unsigned long long)s1->sock_id);
@@ -250,6 +311,7 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 
 void dd_pairing_forget(const struct dd_proc *p)
 {
+	live_drop(p, 1, 0);
 	for (struct dd_offer **pp = &offers; *pp;) {
 		struct dd_offer *x = *pp;
 		if (x->to.proc == p) {
@@ -283,9 +345,13 @@ int dd_pairing_tick(void)
 	return (int)next;
 }
 
-void dd_pairing_stats(unsigned long *paired, unsigned long *kernel, unsigned long *pending)
+void dd_pairing_stats(unsigned long *paired, unsigned long *kernel, unsigned long *pending,
+		      unsigned long *live_conns, uint64_t *live_bytes, unsigned long *limited)
 {
 	*paired = n_paired;
 	*kernel = n_kernel;
 	*pending = n_pending;
+	*live_conns = n_live;
+	*live_bytes = (uint64_t)n_live * conn_bytes();
+	*limited = n_limited;
 }

@@ -21,7 +21,11 @@ struct dd_reply_to {
  * the server.  Returns 0 or -errno. */
 int dd_send_result(const struct dd_reply_to *to, const struct dsock_msg_result *r, int memfd);
 
-void dd_pairing_config(uint32_t ring_size);
+/* ring_size: bytes per direction; limit: connection memory in bytes over
+ * which new pairings are refused (no-resources), 0 for none. */
+void dd_pairing_config(uint32_t ring_size, uint64_t limit);
+/* A paired socket was closed: its memory may be gone. */
+void dd_pairing_closed(const struct dd_proc *p, uint64_t sock_id);
 /* Handles an OFFER with its socket fd (always closed here). */
 void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer *m, int fd);
 /* Forgets the offers of a process that left. */
@@ -29,6 +33,7 @@ void dd_pairing_forget(const struct dd_proc *p);
 /* Expires offers; returns ms until the next expiry, or -1 when none. */
 int dd_pairing_tick(void);
 /* Counters for stat. */
-void dd_pairing_stats(unsigned long *paired, unsigned long *kernel, unsigned long *pending);
+void dd_pairing_stats(unsigned long *paired, unsigned long *kernel, unsigned long *pending,
+		      unsigned long *live_conns, uint64_t *live_bytes, unsigned long *limited);
 
 #endif

@@ -161,15 +161,17 @@ static int may_see(const struct ucred *who, uid_t owner)
 
 static int send_stat(struct dd_client *c)
 {
-	unsigned long paired, kernel, pending;
+	unsigned long paired, kernel, pending, live_conns, limited;
+	uint64_t live_bytes;
 	int r;
 
-	dd_pairing_stats(&paired, &kernel, &pending);
+	dd_pairing_stats(&paired, &kernel, &pending, &live_conns, &live_bytes, &limited);
 	r = send_line(c->fd, "daemon pid=%d uid=%u version=%s uptime=%lds clients=%d procs=%zu "
-		      "accepted=%lu refused=%lu bad_msgs=%lu events=%lu paired=%lu kernel=%lu pending=%lu",
+		      "accepted=%lu refused=%lu bad_msgs=%lu events=%lu paired=%lu kernel=%lu pending=%lu "
+		      "shm_conns=%lu shm_bytes=%llu shm_limited=%lu",
 		      getpid(), getuid(), "0.1.0", (long)(time(NULL) - stats.start), nclients,
 		      dd_proc_count(), stats.accepted, stats.refused, stats.bad_msgs, stats.events,
-		      paired, kernel, pending);
+		      paired, kernel, pending, live_conns, (unsigned long long)live_bytes, limited);
 	for (struct dd_proc *p = dd_proc_first(); p && !r; p = p->next) {
 		if (!may_see(&c->cred, p->uid))
 			continue;
@@ -284,6 +286,8 @@ static int on_message(struct dd_client *c, uint32_t slot, const void *buf, size_
 		if (c->role != ROLE_LIB)
 			return -EPROTO;
 		stats.events++;
+		if (((const struct dsock_msg_sock_event *)payload)->event == DSOCK_EV_CLOSE)
+			dd_pairing_closed(c->proc, ((const struct dsock_msg_sock_event *)payload)->sock_id);
 		return dd_proc_event(c->proc, payload);
 	case DSOCK_MSG_STAT_REQ:
 		if (c->role == ROLE_LIB)

@@ -131,7 +131,18 @@ static int setup(struct world *w, unsigned opts)
 	memset(w, 0, sizeof(*w));
 	w->victim = opts & 1;
 	w->a = socket(AF_INET, SOCK_STREAM, 0);
-	CHECK(w->a >= 0 && connect(w->a, (struct sockaddr *)&laddr, sizeof(laddr)) == 0);
+	CHECK(w->a >= 0);
+	int r, tries = 0;
+	/* EINTR: libFuzzer's SIGALRM; EADDRNOTAVAIL: ports in TIME_WAIT from
+	 * other tests */
+	while ((r = connect(w->a, (struct sockaddr *)&laddr, sizeof(laddr))) < 0 &&
+	       (errno == EINTR || errno == EADDRNOTAVAIL) && tries++ < 100)
+		usleep(10000);
+	if (r < 0 && (errno == EISCONN || errno == EALREADY))
+		r = 0; /* an interrupted connect went on */
+	if (r < 0)
+		fprintf(stderr, "fuzz_ring: connect: %s\n", strerror(errno));
+	CHECK(r == 0);
 	w->b = accept(lfd, NULL, NULL);
 	CHECK(w->b >= 0);
 	CHECK(fcntl(w->a, F_SETFL, O_NONBLOCK) == 0);
@@ -179,9 +190,14 @@ static int setup(struct world *w, unsigned opts)
 static void teardown(struct world *w)
 {
 	close(w->ep);
-	close(w->a);
-	if (w->b >= 0)
+	/* the peer resets: no TIME_WAIT left behind (thousands of inputs a
+	 * minute would use up the ephemeral ports) */
+	if (w->b >= 0) {
+		struct linger lg = { 1, 0 };
+		setsockopt(w->b, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 		close(w->b);
+	}
+	close(w->a);
 	munmap(w->h, MAPLEN);
 	close(w->memfd);
 }

@@ -307,6 +307,10 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			return n;
 		}
 	}
+	/* the deadline, in ns (-1: none) */
+	long long deadline = kind == DSOCK_EPW_PWAIT2 ? (t ? mono_ns() + t->tv_sec * 1000000000LL + t->tv_nsec : -1)
+						     : timeout_ms < 0 ? -1 : mono_ns() + timeout_ms * 1000000LL;
+	struct timespec left_ts;
 	for (;;) {
 		if (kind == DSOCK_EPW_PWAIT2)
 			n = dsock_real.epoll_pwait2(epfd, ev, max, t, m);
@@ -318,10 +322,19 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			break;
 		/* a token that outlived its data must not be reported */
 		n = filter_spurious(epfd, ev, n);
-		/* all spurious: wait again (a slightly longer wait overall, never
-		 * an early return the kernel would not give) */
-		if (n || timeout_ms == 0 || (kind == DSOCK_EPW_PWAIT2 && t && !t->tv_sec && !t->tv_nsec))
+		if (n || !blocking)
 			break;
+		/* all spurious: wait again for what is left of the timeout (a
+		 * peer sending tokens without data must not keep us forever) */
+		if (deadline >= 0) {
+			long long rest = deadline - mono_ns();
+			if (rest <= 0)
+				break;
+			timeout_ms = (int)((rest + 999999) / 1000000);
+			left_ts.tv_sec = rest / 1000000000LL;
+			left_ts.tv_nsec = rest % 1000000000LL;
+			t = &left_ts;
+		}
 	}
 	int e = errno;
 	if (blocking && fast)
@@ -398,8 +411,9 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 				k[i].events = (short)((k[i].events & ~(POLLOUT | POLLWRNORM)) | POLLIN);
 		}
 		left = hidden_in ? 0 : end == INT64_MAX ? -1 : end - mono_ms();
-		if (left < -1)
-			left = 0;
+		if (left < 0 && end != INT64_MAX)
+			left = 0; /* past the deadline: -1 would wait forever (the ring
+				   * fuzzer's timeout caught a poll(0) that did) */
 		if (is_ppoll) {
 			struct timespec ts = { left / 1000, (left % 1000) * 1000000 };
 			r = dsock_real.ppoll(k, n, left < 0 ? NULL : &ts, m);

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Resource exhaustion and fork storms, with real processes under dsock:
+
+  1. no fd slot for the connection memory (EMFILE when the memfd arrives):
+     the connection stays on the kernel, byte-exact, with a reason;
+  2. the mapping fails (RLIMIT_AS): the same;
+  3. the daemon's connection-memory limit (DSOCK_SHM_LIMIT_MB=1): the first
+     connection goes on the rings, the next stays on the kernel with
+     no-resources, and stat counts it;
+  4. a fork storm: 100 children forked while a fast-path connection is busy,
+     each with a connection of its own, ending with exit(); the shared one
+     stays byte-exact, and a shutdown after the storm still ends it cleanly.
+
+Each check prints ok/FAIL; last line 'resources: N passed, N failed'."""
+import os, shutil, subprocess, sys, tempfile
+
+BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
+DSOCK = os.path.join(BUILD, "bin", "dsock")
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+tmp = tempfile.mkdtemp(prefix="dsock-res-")
+results = []
+
+# One process, both ends: pairs (the daemon pairs any two ends it can
+# prove), then ping-pongs; prints the outcome.  LIMIT sets the squeeze
+# after the pair exists and before the first byte (the offer goes then).
+PAIR = r'''
+import os, socket, sys, resource
+how = sys.argv[1]
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(4)
+conns = []
+for i in range(int(sys.argv[2])):
+    c = socket.create_connection(l.getsockname()); s, _ = l.accept()
+    conns.append((c, s))
+if how == "emfile":
+    hold = []
+    try:
+        while True: hold.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError: pass
+elif how == "as":
+    vm = int([x for x in open("/proc/self/status") if x.startswith("VmSize")][0].split()[1]) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (vm + 256 * 1024, resource.RLIM_INFINITY))
+ok = True
+for c, s in conns:
+    for i in range(300):
+        msg = bytes([i % 251]) * (1 + i % 200)
+        c.sendall(msg)
+        got = b""
+        while len(got) < len(msg): got += s.recv(len(msg) - len(got))
+        s.sendall(got)
+        back = b""
+        while len(back) < len(msg): back += c.recv(len(msg) - len(back))
+        ok = ok and got == msg and back == msg
+if how == "emfile":
+    for f in hold: os.close(f)
+print("exact" if ok else "CORRUPT", flush=True)
+import time; time.sleep(0.3)   # for dsock stat
+'''
+
+# The fork storm: a busy shared connection, 100 children, each with its own.
+STORM = r'''
+import os, socket, sys, threading
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(256)
+pid = os.fork()
+if pid == 0:                       # the peer: echoes every connection until EOF
+    def echo(a):
+        while True:
+            b = a.recv(65536)
+            if not b: break
+            a.sendall(b)
+        a.close()
+    while True:
+        a, _ = l.accept()
+        threading.Thread(target=echo, args=(a,), daemon=True).start()
+c = socket.create_connection(l.getsockname())
+def rt(sock, n):
+    for i in range(n):
+        m = bytes([i % 256]) * (1 + i % 300)
+        sock.sendall(m)
+        got = b""
+        while len(got) < len(m): got += sock.recv(len(m) - len(got))
+        if got != m: return False
+    return True
+ok = rt(c, 50)
+kids = []
+for k in range(100):
+    p = os.fork()
+    if p == 0:
+        d = socket.create_connection(l.getsockname())
+        r = rt(d, 20)
+        d.close()
+        sys.exit(0 if r else 1)     # exit() runs dsock's exit hook
+    kids.append(p)
+    ok = ok and rt(c, 3)            # the shared connection, busy meanwhile
+bad = sum(os.waitpid(p, 0)[1] != 0 for p in kids)
+ok = ok and rt(c, 100)
+c.shutdown(socket.SHUT_WR)
+tail = c.recv(10)                   # the echo side's FIN: EOF, not a reset
+print("exact" if ok else "CORRUPT", bad, "EOF" if tail == b"" else repr(tail), flush=True)
+c.close(); os.kill(pid, 9)
+'''
+
+
+def check(name, cond, detail=""):
+    results.append(bool(cond))
+    print(("ok   " if cond else "FAIL ") + name + ("" if cond else "  " + str(detail)[-800:]), flush=True)
+
+
+def run(code, *args, extra_env=None, sock="d.sock"):
+    env = dict(os.environ, DSOCK_SOCKET=os.path.join(tmp, sock), DSOCK_FASTPATH="1",
+               DSOCK_FASTPATH_REPORT=os.path.join(tmp, "report"), **(extra_env or {}))
+    try:
+        os.unlink(os.path.join(tmp, "report"))
+    except OSError:
+        pass
+    r = subprocess.run([DSOCK, "run", "--", PY, "-c", code, *map(str, args)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    try:
+        rings = sum(int(l.split()[1]) for l in open(os.path.join(tmp, "report")))
+    except OSError:
+        rings = 0
+    stat = subprocess.run([DSOCK, "stat", "--raw"], env=env, capture_output=True, text=True, timeout=20).stdout
+    return r, rings, stat
+
+
+def stop(sock="d.sock"):
+    subprocess.run([DSOCK, "stop"], env=dict(os.environ, DSOCK_SOCKET=os.path.join(tmp, sock)),
+                   capture_output=True, timeout=20)
+
+
+try:
+    r, rings, _ = run(PAIR, "plain", 1)
+    check("0. the pair goes on the rings when nothing is short", r.stdout.strip() == "exact" and rings >= 2,
+          (r.stdout, r.stderr, rings))
+
+    r, rings, _ = run(PAIR, "emfile", 1)
+    check("1. no fd slot for the memory: byte-exact on the kernel, process alive",
+          r.returncode == 0 and r.stdout.strip() == "exact" and rings == 0, (r.returncode, r.stdout, r.stderr, rings))
+
+    r, rings, _ = run(PAIR, "as", 1)
+    check("2. the mapping fails: byte-exact on the kernel, process alive",
+          r.returncode == 0 and r.stdout.strip() == "exact" and rings == 0, (r.returncode, r.stdout, r.stderr, rings))
+    check("2. ... and the failure is logged", "unusable connection memory" in r.stderr or "cannot" in r.stderr,
+          r.stderr)
+
+    stop()
+    r, rings, stat = run(PAIR, "plain", 2, extra_env={"DSOCK_SHM_LIMIT_MB": "1"}, sock="lim.sock")
+    daemon = [l for l in stat.splitlines() if l.startswith("daemon ")]
+    check("3. memory limit: both connections byte-exact, one on the rings",
+          r.stdout.strip() == "exact" and rings == 2, (r.stdout, r.stderr, rings))
+    check("3. ... the other refused for the limit and counted",
+          daemon and "shm_limited=0" not in daemon[0] and "shm_limited=" in daemon[0], daemon)
+    stop("lim.sock")
+
+    r, rings, _ = run(STORM)
+    out = r.stdout.split()
+    check("4. fork storm: the shared connection byte-exact, 100 children fine",
+          out[:2] == ["exact", "0"] and rings >= 1, (r.stdout, r.stderr[-600:], rings))
+    check("4. ... and after the storm a shutdown still ends it cleanly (EOF back)", out[2:] == ["EOF"], r.stdout)
+finally:
+    stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+print("resources: %d passed, %d failed" % (sum(results), len(results) - sum(results)))
+sys.exit(0 if results and all(results) else 1)
