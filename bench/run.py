@@ -264,17 +264,23 @@ backend b
     return start(["haproxy", "-f", d + "/haproxy.cfg"], mode, port=h)
 
 
+def wrk_via_haproxy(mode, d, h, p, path, conns):
+    """nginx as configured in d (listening on p) behind haproxy on h: wrk
+    on path, then both stopped."""
+    run(["nginx", "-c", d + "/nginx.conf", "-p", d], mode)
+    hp = haproxy_front(mode, d, h, p)
+    try:
+        return wrk(mode, f"http://127.0.0.1:{h}/{path}", conns)
+    finally:
+        stop(hp)
+        subprocess.run(["kill", open(d + "/nginx.pid").read().strip()])
+
+
 def haproxy_nginx(mode, conns=1):
     """A web service front: haproxy in front of nginx, both under dsock."""
     p, h = port(), port(); d = os.path.join(TMP, f"hp-{mode}-{p}")
     nginx_conf(d, p)
-    run(["nginx", "-c", d + "/nginx.conf", "-p", d], mode)
-    hp = haproxy_front(mode, d, h, p)
-    try:
-        return wrk(mode, f"http://127.0.0.1:{h}/s.txt", conns)
-    finally:
-        stop(hp)
-        subprocess.run(["kill", open(d + "/nginx.pid").read().strip()])
+    return wrk_via_haproxy(mode, d, h, p, "s.txt", conns)
 
 
 def tool(name):
@@ -303,13 +309,9 @@ fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};
 upstream app {{ server 127.0.0.1:{w}; keepalive 16; }}
 server {{ listen 127.0.0.1:{p}; location / {{ proxy_pass http://app; proxy_http_version 1.1;
 proxy_set_header Connection ""; }} }} }}""")
-    run(["nginx", "-c", d + "/nginx.conf", "-p", d], mode)
-    hp = haproxy_front(mode, d, h, p)
     try:
-        return wrk(mode, f"http://127.0.0.1:{h}/page", conns)
+        return wrk_via_haproxy(mode, d, h, p, "page", conns)
     finally:
-        stop(hp)
-        subprocess.run(["kill", open(d + "/nginx.pid").read().strip()])
         stop(app)
         stop(rs)
 

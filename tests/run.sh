@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The whole default test run (about 2 minutes here):
+# The whole default test run (about 4 minutes here):
 #   unit tests, plain and under ASan+UBSan; the export list; the conformance
 #   suite (every scenario natively and under dsock) and its harness
-#   self-tests; the daemon and CLI; real programs under dsock.
+#   self-tests; the daemon and CLI; faults and resource exhaustion; real
+#   programs under dsock; the integrity soak; the fuzzers (short runs).
 # Usage: tests/run.sh [BUILD_DIR]
 # Closing line: "tests: N passed, N failed" (one per step).
 set -u

@@ -282,13 +282,15 @@ static int on_message(struct dd_client *c, uint32_t slot, const void *buf, size_
 		dd_pairing_offer(&to, payload, fd);
 		return 0;
 	}
-	case DSOCK_MSG_SOCK_EVENT:
+	case DSOCK_MSG_SOCK_EVENT: {
+		const struct dsock_msg_sock_event *ev = payload;
 		if (c->role != ROLE_LIB)
 			return -EPROTO;
 		stats.events++;
-		if (((const struct dsock_msg_sock_event *)payload)->event == DSOCK_EV_CLOSE)
-			dd_pairing_closed(c->proc, ((const struct dsock_msg_sock_event *)payload)->sock_id);
-		return dd_proc_event(c->proc, payload);
+		if (ev->event == DSOCK_EV_CLOSE)
+			dd_pairing_closed(c->proc, ev->sock_id);
+		return dd_proc_event(c->proc, ev);
+	}
 	case DSOCK_MSG_STAT_REQ:
 		if (c->role == ROLE_LIB)
 			return -EPROTO;
