@@ -2,6 +2,7 @@
 # Why make: see docs/ARCHITECTURE.md ("Build").
 #   make                 library, daemon, CLI, tests
 #   make SAN=address,undefined   sanitizer build of daemon, CLI and unit tests
+#   make san SAN=thread CC=clang BUILD=build-tsan   the same under TSan
 #   make check           the whole test suite (tests/run.sh)
 BUILD   ?= build
 CC      ?= cc
@@ -33,8 +34,10 @@ DSOCK    = $(BUILD)/bin/dsock
 UNIT     = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 CONF     = $(BUILD)/tests/conformance $(BUILD)/tests/conf-scen $(BUILD)/tests/libbroken.so
 SOAK     = $(BUILD)/tests/soak
+# the hand-over test: its helper once dynamic, once static (never preloaded)
+HANDOVER = $(BUILD)/tests/handover $(BUILD)/tests/handover-static
 
-all: $(LIBDSOCK) $(DSOCKD) $(DSOCK) $(UNIT) $(CONF) $(SOAK)
+all: $(LIBDSOCK) $(DSOCKD) $(DSOCK) $(UNIT) $(CONF) $(SOAK) $(HANDOVER)
 
 # daemon, CLI and unit tests only (what SAN= instruments)
 san: $(DSOCKD) $(DSOCK) $(UNIT)
@@ -74,6 +77,14 @@ $(BUILD)/tests/conf-scen: $(CONF_SCEN_SRC) tests/conformance/conf.h
 $(BUILD)/tests/conformance: tests/conformance/harness.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
+
+$(BUILD)/tests/handover: tests/faults/handover.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
+
+$(BUILD)/tests/handover-static: tests/faults/handover.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -static -o $@ $< $(LDFLAGS)
 
 $(SOAK): tests/soak/soak.c
 	@mkdir -p $(dir $@)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole default test run (about 4 minutes here):
-#   unit tests, plain and under ASan+UBSan; the export list; the conformance
+#   unit tests, plain, under ASan+UBSan and under TSan (the threaded
+#   fast-path test among them); the export list; the conformance
 #   suite (every scenario natively and under dsock) and its harness
-#   self-tests; the daemon and CLI; faults and resource exhaustion; real
+#   self-tests; the daemon and CLI; faults and resource exhaustion; a
+#   connection handed to programs without dsock (exec, SCM_RIGHTS); real
 #   programs under dsock; the integrity soak; the fuzzers (short runs).
 # Usage: tests/run.sh [BUILD_DIR]
 # Closing line: "tests: N passed, N failed" (one per step).
@@ -76,12 +78,17 @@ step "unit tests" unit "$BUILD"
 step "exports" tests/unit/exports.sh "$BUILD"
 step "build with ASan+UBSan" make -s -j2 san SAN=address,undefined BUILD="$SANBUILD"
 step "unit tests under ASan+UBSan" unit "$SANBUILD"
+# ThreadSanitizer over the unit tests, the threaded fast-path one included
+# (clang: gcc's TSan rejects the library's atomic fences)
+step "build with TSan" make -s -j2 san SAN=thread CC=clang BUILD="$BUILD-tsan"
+step "unit tests under TSan" unit "$BUILD-tsan"
 step "conformance (native vs dsock, fast path on)" conformance
 step "conformance (native vs dsock, fast path off)" conformance_kernel
 step "conformance harness self-test" harness_selftest
 step "daemon and CLI" daemon_tests
 step "faults: SIGKILL, dsockd restart, hostile peer, namespaces" python3 tests/faults/test_faults.py "$BUILD"
 step "resources: EMFILE, mmap failure, memory limit, fork storm" python3 tests/faults/test_resources.py "$BUILD"
+step "hand-over to programs without dsock: exec, SCM_RIGHTS" python3 tests/faults/test_handover.py "$BUILD"
 step "real programs under dsock" tests/apps/run_apps.sh "$BUILD"
 step "integrity soak, native and dsock (15 s each)" tests/soak/run.sh "$BUILD" 15
 step "fuzzers: ring reader, control protocol (30 s each)" tests/fuzz/run.sh 30

@@ -19,6 +19,8 @@ const char *dsock_reason_name(unsigned r)
 		[DSOCK_R_RESOURCE] = "no-resources",
 		[DSOCK_R_FORKED] = "forked-while-pending",
 		[DSOCK_R_FAULT] = "shm-fault-reset",
+		[DSOCK_R_HANDED_OVER] = "handed-over",
+		[DSOCK_R_HANDOVER_RESET] = "handover-reset",
 	};
 	return r < DSOCK_R_MAX ? n[r] : "?";
 }

@@ -20,6 +20,9 @@ enum dsock_reason {
 	DSOCK_R_RESOURCE,      /* memory or fds for the rings were not available */
 	DSOCK_R_FORKED,        /* forked or exec'ed while the pairing was pending */
 	DSOCK_R_FAULT,         /* the shared memory broke its rules: reset */
+	DSOCK_R_HANDED_OVER,   /* back on the kernel: its fd went to a holder
+				* without dsock (exec, SCM_RIGHTS) */
+	DSOCK_R_HANDOVER_RESET, /* that move could not be made exact: reset */
 	DSOCK_R_MAX,
 };
 

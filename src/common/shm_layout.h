@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define DSOCK_SHM_MAGIC    0x52485344u /* "DSHR" */
-#define DSOCK_SHM_VERSION  2
+#define DSOCK_SHM_VERSION  3
 #define DSOCK_SHM_HDR      4096u
 #define DSOCK_RING_MIN     (4u << 10)
 #define DSOCK_RING_MAX     (64u << 20)
@@ -43,7 +43,15 @@ struct dsock_shm_side {
 			       * +1 per fork child and spawned adopter, -1 per
 			       * close); only the last one's close ends the
 			       * connection here */
-	uint8_t pad[DSOCK_CL - 36];
+	uint32_t down_req;    /* this side asks both directions back onto the
+			       * kernel (its socket goes to a holder without
+			       * dsock: exec, SCM_RIGHTS) */
+	uint32_t down_sent;   /* 1: this side's sending is back on the kernel */
+	uint64_t down_off;    /* then: kernel bytes this side sent before plain
+			       * data resumed (data before its switch, then
+			       * tokens); right after them come the ring bytes
+			       * its consumer had not read, then new data */
+	uint8_t pad[DSOCK_CL - 56];
 } __attribute__((aligned(DSOCK_CL)));
 
 /* Ring r carries data from side r to side 1 - r. */

@@ -417,6 +417,9 @@ int dd_serve(int lfd, const struct dd_config *cfg)
 	sigaddset(&mask, SIGHUP);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* a file-size limit must fail the connection memory (EFBIG: that
+	 * pairing stays on the kernel), not kill the daemon */
+	signal(SIGXFSZ, SIG_IGN);
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC);
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	if (sfd < 0 || ep < 0)

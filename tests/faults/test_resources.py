@@ -9,7 +9,10 @@
      no-resources, and stat counts it;
   4. a fork storm: 100 children forked while a fast-path connection is busy,
      each with a connection of its own, ending with exit(); the shared one
-     stays byte-exact, and a shutdown after the storm still ends it cleanly.
+     stays byte-exact, and a shutdown after the storm still ends it cleanly;
+  5. the daemon cannot create connection memory (a file-size limit makes
+     its ftruncate fail): the pairing stays on the kernel, byte-exact, the
+     daemon lives, and pairs again once the limit is lifted.
 
 Each check prints ok/FAIL; last line 'resources: N passed, N failed'."""
 import os, shutil, subprocess, sys, tempfile
@@ -150,6 +153,25 @@ try:
     check("3. ... the other refused for the limit and counted",
           daemon and "shm_limited=0" not in daemon[0] and "shm_limited=" in daemon[0], daemon)
     stop("lim.sock")
+
+    # the daemon cannot size the connection memory (RLIMIT_FSIZE: ftruncate
+    # fails with EFBIG); it must refuse the pairing and live on
+    stop()
+    run(PAIR, "plain", 1, sock="fsz.sock")
+    _, _, stat = run(PAIR, "plain", 1, sock="fsz.sock")
+    dpid = [l.split()[1].split("=")[1] for l in stat.splitlines() if l.startswith("daemon ")]
+    lim = subprocess.run(["prlimit", "--pid", dpid[0] if dpid else "0", "--fsize=4096:unlimited"],
+                         capture_output=True, text=True)
+    r, rings, stat = run(PAIR, "plain", 1, sock="fsz.sock")
+    daemon = [l for l in stat.splitlines() if l.startswith("daemon ")]
+    check("5. the daemon cannot create connection memory: byte-exact on the kernel, daemon alive",
+          lim.returncode == 0 and r.stdout.strip() == "exact" and rings == 0 and daemon
+          and daemon[0].split()[1] == "pid=" + dpid[0], (lim.stderr, r.stdout, r.stderr, rings, daemon))
+    subprocess.run(["prlimit", "--pid", dpid[0] if dpid else "0", "--fsize=unlimited"], capture_output=True)
+    r, rings, _ = run(PAIR, "plain", 1, sock="fsz.sock")
+    check("5. ... and once it can again, connections go on the rings", r.stdout.strip() == "exact" and rings >= 2,
+          (r.stdout, r.stderr, rings))
+    stop("fsz.sock")
 
     r, rings, _ = run(STORM)
     out = r.stdout.split()

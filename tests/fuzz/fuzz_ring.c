@@ -106,6 +106,9 @@ struct world {
 	uint64_t out_sent, out_read; /* victim -> peer stream */
 	uint64_t peer_kernel_data;  /* pre-switch kernel data bytes the peer sent */
 	int victim_reset;           /* the victim got ECONNRESET/EPIPE: stream ends */
+	uint64_t peer_kbytes;       /* every byte the peer sent on the kernel */
+	int peer_down;              /* the peer's sending went back to the kernel */
+	uint64_t peer_kread;        /* bytes the peer read from the victim's kernel stream */
 };
 
 /* The kernel's byte counters as the transport calibrates them. */
@@ -227,6 +230,18 @@ static void op_produce(struct world *w, struct script *s)
 
 	if (tail - head > RING)
 		return; /* scribbled: the peer would not know where it is either */
+	if (w->peer_down) { /* back on the kernel: plain data there */
+		unsigned char buf[RING];
+		for (unsigned i = 0; i < want && w->b >= 0; i++)
+			buf[i] = pat(w->in_made + i, 0);
+		ssize_t r = w->b >= 0 ? send(w->b, buf, want, MSG_DONTWAIT | MSG_NOSIGNAL) : -1;
+		TRACE("peer (down) sends %u -> %zd", want, r);
+		if (r > 0) {
+			w->in_made += (uint64_t)r;
+			w->peer_kbytes += (uint64_t)r;
+		}
+		return;
+	}
 	peer_switch(w);
 	if (want > RING - (tail - head))
 		want = (unsigned)(RING - (tail - head));
@@ -238,7 +253,8 @@ static void op_produce(struct world *w, struct script *s)
 	if (token && w->b >= 0) {
 		char t = 0;
 		__atomic_store_n(&w->rx->token, 1, __ATOMIC_SEQ_CST);
-		send(w->b, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (send(w->b, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1)
+			w->peer_kbytes++;
 	}
 }
 
@@ -248,8 +264,8 @@ static void op_consume(struct world *w, struct script *s)
 	uint64_t head = __atomic_load_n(&w->tx->head, __ATOMIC_RELAXED);
 	uint64_t tail = __atomic_load_n(&w->tx->tail, __ATOMIC_ACQUIRE);
 
-	if (tail - head > RING)
-		return;
+	if (tail - head > RING || __atomic_load_n(&w->me->down_sent, __ATOMIC_ACQUIRE))
+		return; /* scribbled, or closed: the victim re-sent it by the kernel */
 	if (want > tail - head)
 		want = (unsigned)(tail - head);
 	if (!w->broken)
@@ -261,10 +277,11 @@ static void op_consume(struct world *w, struct script *s)
 	if (want && __atomic_load_n(&w->tx->tx_waiting, __ATOMIC_SEQ_CST)) {
 		__atomic_store_n(&w->tx->tx_waiting, 0, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&w->tx->space_seq, 1, __ATOMIC_SEQ_CST);
-		if (w->b >= 0 && w->peer_switched) {
+		if (w->b >= 0 && w->peer_switched && !w->peer_down) {
 			char t = 0;
 			__atomic_store_n(&w->tx->space_token, 1, __ATOMIC_SEQ_CST);
-			send(w->b, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+			if (send(w->b, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1)
+				w->peer_kbytes++;
 		}
 	}
 }
@@ -399,13 +416,69 @@ static void op_peer_kernel(struct world *w, struct script *s)
 
 	if (w->b < 0)
 		return;
+	int data = !w->peer_switched || w->peer_down;
 	for (unsigned i = 0; i < len; i++)
-		buf[i] = w->peer_switched ? 0 : pat(w->in_made + i, 0);
+		buf[i] = data ? pat(w->in_made + i, 0) : 0;
 	ssize_t r = send(w->b, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-	TRACE("peer kernel send %u %s -> %zd", len, w->peer_switched ? "tokens" : "data", r);
-	if (r > 0 && !w->peer_switched) {
-		w->in_made += (uint64_t)r;
-		w->peer_kernel_data += (uint64_t)r;
+	TRACE("peer kernel send %u %s -> %zd", len, data ? "data" : "tokens", r);
+	if (r > 0) {
+		w->peer_kbytes += (uint64_t)r;
+		if (data)
+			w->in_made += (uint64_t)r;
+		if (!w->peer_switched)
+			w->peer_kernel_data += (uint64_t)r;
+	}
+}
+
+/* The peer's sending goes back to the kernel, as down.c does it: the
+ * count of its kernel bytes, then the ring bytes the victim has not read,
+ * sent after them.  (The victim is in no call: no lock needed.) */
+static void op_peer_down(struct world *w)
+{
+	uint64_t head = __atomic_load_n(&w->rx->head, __ATOMIC_ACQUIRE);
+	uint64_t tail = __atomic_load_n(&w->rx->tail, __ATOMIC_RELAXED);
+	uint64_t n = w->peer_switched ? tail - head : 0;
+	unsigned char buf[RING];
+
+	if (w->peer_down || w->b < 0 || n > RING || w->broken)
+		return;
+	for (uint64_t i = 0; i < n; i++)
+		buf[i] = w->vrx[(head + i) & (RING - 1)];
+	if (n && send(w->b, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)n) {
+		w->broken = 1; /* a short send: the stream is broken, as the library would reset */
+		return;
+	}
+	__atomic_store_n(&w->peer->down_off, w->peer_kbytes, __ATOMIC_RELAXED);
+	__atomic_store_n(&w->peer->down_sent, 1, __ATOMIC_SEQ_CST);
+	w->peer_kbytes += n;
+	w->peer_down = 1;
+	TRACE("peer goes back to the kernel at %llu, re-sending %llu", (unsigned long long)(w->peer_kbytes - n),
+	      (unsigned long long)n);
+}
+
+/* The peer reads the victim's kernel stream: once the victim's sending is
+ * back on the kernel, past its down_off every byte is data, in order. */
+static void op_peer_read(struct world *w, struct script *s)
+{
+	unsigned char buf[4096];
+	unsigned len = 1 + take(s, 2) % sizeof(buf);
+
+	if (w->b < 0 || !__atomic_load_n(&w->me->down_sent, __ATOMIC_ACQUIRE))
+		return;
+	/* data before the victim's switch, tokens up to down_off, then data */
+	uint64_t dn = __atomic_load_n(&w->me->down_off, __ATOMIC_RELAXED);
+	uint64_t sw = __atomic_load_n(&w->me->switch_off, __ATOMIC_RELAXED);
+	if (sw > dn)
+		sw = dn;
+	ssize_t r = recv(w->b, buf, len, MSG_DONTWAIT);
+	TRACE("peer reads the victim's kernel stream at %llu (switch %llu, down %llu): %zd",
+	      (unsigned long long)w->peer_kread, (unsigned long long)sw, (unsigned long long)dn, r);
+	for (ssize_t i = 0; i < r; i++, w->peer_kread++) {
+		if (w->peer_kread >= sw && w->peer_kread < dn)
+			continue; /* a token */
+		if (!w->broken)
+			CHECK(buf[i] == pat(w->out_read, 1));
+		w->out_read++;
 	}
 }
 
@@ -418,7 +491,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	setup(&w, take(&s, 1));
 	while (s.i < s.n) {
-		switch (take(&s, 1) % 13) {
+		switch (take(&s, 1) % 16) {
 		case 0: op_produce(&w, &s); break;
 		case 1: op_consume(&w, &s); break;
 		case 2: op_recv(&w, &s); break;
@@ -450,6 +523,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				TRACE("peer resets");
 			}
 			break;
+		case 13: op_peer_down(&w); break;
+		case 14: /* the peer asks the victim back to the kernel */
+			__atomic_store_n(&w.peer->down_req, 1, __ATOMIC_SEQ_CST);
+			TRACE("peer asks to go back to the kernel");
+			break;
+		case 15: op_peer_read(&w, &s); break;
 		}
 		if (trace) {
 			int inq = -1;

@@ -44,7 +44,7 @@ def rec(data, slot=0, fd_kind=None, root=False):
 MAIL, CONN, PEER, LISTEN = 2, 0, 1, 3
 PROTO = {
     "hello": rec(hello(), fd_kind=MAIL),
-    "hello-forked": rec(hello(), slot=0, fd_kind=MAIL) + rec(hello(flags=1, ppid=os.getpid()), slot=1, fd_kind=MAIL),
+    "hello-forked": rec(hello(), slot=0, fd_kind=MAIL) + rec(hello(flags=1, ppid=4242), slot=1, fd_kind=MAIL),
     "events": rec(hello(), fd_kind=MAIL) + rec(sock_event(ev=1, state=3)) + rec(sock_event())
     + rec(sock_event(ev=4)),
     "pair": rec(hello(), slot=0, fd_kind=MAIL) + rec(hello(), slot=1, fd_kind=MAIL)
@@ -57,7 +57,8 @@ PROTO = {
 }
 
 # ring scripts: options byte, then opcode + arguments (tests/fuzz/fuzz_ring.c)
-PRODUCE, CONSUME, RECV, SEND, LOOK, S32, S64, SDATA, KSEND, SWITCH, PSHUT, VSHUT, PRST = range(13)
+(PRODUCE, CONSUME, RECV, SEND, LOOK, S32, S64, SDATA, KSEND, SWITCH, PSHUT, VSHUT, PRST,
+ PDOWN, PASK, PREAD) = range(16)
 
 
 def produce(n, token=1):
@@ -80,6 +81,10 @@ def look(sleep=0):
     return bytes([LOOK, sleep])
 
 
+def peer_read(n):
+    return bytes([PREAD]) + struct.pack("<H", n)
+
+
 def scribble64(off, val):
     return bytes([S64]) + struct.pack("<HQ", off, val)
 
@@ -98,6 +103,14 @@ RING = {
     "shutdown": bytes([2]) + send(10) + bytes([VSHUT, 1]) + send(10) + recv(10),
     "scribble-tail": bytes([2]) + produce(10) + scribble64(448, 1 << 40) + recv(10),  # 448: ring 1 (to side 0), tail
     "side1": bytes([3]) + send(100) + consume(100) + produce(100) + recv(100),
+    # hand-over (down.c): the peer goes back to the kernel with unread ring
+    # bytes; the peer asks the victim to, with unread bytes of the victim's
+    "peer-down": bytes([2]) + produce(3000) + recv(1000) + bytes([PDOWN]) + produce(500) + look()
+    + recv(5000) + recv(5000),
+    "victim-down": bytes([2]) + send(3000) + consume(1000) + bytes([PASK]) + send(500) + look()
+    + peer_read(4000) + peer_read(4000),
+    "both-down": bytes([0]) + bytes([KSEND, 20]) + send(100) + produce(200) + bytes([PASK]) + recv(10)
+    + bytes([PDOWN]) + recv(400) + peer_read(400) + send(50) + peer_read(400),
 }
 
 

@@ -266,7 +266,7 @@ static void test_exec_env(void)
 	const char *lib = dsock_env_lib_path();
 	ASSERT_TRUE(lib[0] == '/');
 	{
-		DSOCK_ENV_FIXED(envp, fixed, 0);
+		DSOCK_ENV_FIXED(envp, fixed, 0, AT_FDCWD, "/bin/true", 0, NULL);
 		int have_pre = 0, have_set = 0, n = 0, settings = 0;
 		for (; fixed[n]; n++) {
 			settings += !strncmp(fixed[n], "DSOCK_", 6);
@@ -280,11 +280,11 @@ static void test_exec_env(void)
 		ASSERT_TRUE(have_set);
 		ASSERT_EQ(n, 2 + settings); /* PATH, LD_PRELOAD and every DSOCK_ setting */
 		/* fixing a fixed environment changes nothing */
-		DSOCK_ENV_FIXED((char *const *)fixed, again, 0);
+		DSOCK_ENV_FIXED((char *const *)fixed, again, 0, AT_FDCWD, "/bin/true", 0, NULL);
 		ASSERT_TRUE(again == fixed);
 	}
 	{
-		DSOCK_ENV_FIXED(empty, fixed, 0);
+		DSOCK_ENV_FIXED(empty, fixed, 0, AT_FDCWD, "/bin/true", 0, NULL);
 		int n = 0, settings = 0;
 		for (; fixed[n]; n++)
 			settings += !strncmp(fixed[n], "DSOCK_", 6);
@@ -294,7 +294,7 @@ static void test_exec_env(void)
 	{
 		/* the program's own DSOCK_ value wins over the inherited one */
 		char *own[] = { "DSOCK_UNIT_SETTING=7", NULL };
-		DSOCK_ENV_FIXED(own, fixed, 0);
+		DSOCK_ENV_FIXED(own, fixed, 0, AT_FDCWD, "/bin/true", 0, NULL);
 		int sevens = 0;
 		for (int i = 0; fixed[i]; i++)
 			sevens += !strcmp(fixed[i], "DSOCK_UNIT_SETTING=7") - !strcmp(fixed[i], "DSOCK_UNIT_SETTING=42");

@@ -6,6 +6,7 @@
 #ifndef DSOCK_ENV_H
 #define DSOCK_ENV_H
 
+#include "lib/core/exec_target.h"
 #include "lib/transport/shm/shm.h" /* dsock_shm_exec_env: hand-over at exec */
 
 #include <stddef.h>
@@ -25,10 +26,13 @@ char *const *dsock_env_fix(char *const envp[], char **out, size_t cap, char *sbu
 			   const char *extra);
 
 /* Declares `name`, the fixed environment for envp, on the caller's stack,
- * with the fast-path connections handed over (DSOCK_SHM_FDS). */
-#define DSOCK_ENV_FIXED(envp, name, spawn) \
+ * with the fast-path connections handed over (DSOCK_SHM_FDS), or moved
+ * back to the kernel if the program to run (dirfd, path, search, argv:
+ * struct dsock_exec_target) will not run dsock. */
+#define DSOCK_ENV_FIXED(envp, name, spawn, dirfd, path, search, argv) \
 	char name##_x[1024]; \
-	size_t name##_xl = dsock_shm_exec_env(name##_x, sizeof(name##_x), spawn); \
+	const struct dsock_exec_target name##_t = { dirfd, path, search, argv, envp }; \
+	size_t name##_xl = dsock_shm_exec_env(name##_x, sizeof(name##_x), spawn, &name##_t); \
 	size_t name##_cap = dsock_env_count(envp) + DSOCK_ENV_SAVED_MAX + 3; \
 	char *name##_v[name##_cap]; \
 	char name##_s[dsock_env_strbuf_size(envp)]; \

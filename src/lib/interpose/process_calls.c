@@ -6,6 +6,7 @@
 #include "lib/interpose/api.h"
 #include "lib/core/env.h"
 
+#include <fcntl.h>
 #include <stdarg.h>
 #include <unistd.h>
 
@@ -20,7 +21,7 @@ DSOCK_API pid_t fork(void)
 
 DSOCK_API int execve(const char *path, char *const argv[], char *const envp[])
 {
-	DSOCK_ENV_FIXED(envp, env, 0);
+	DSOCK_ENV_FIXED(envp, env, 0, AT_FDCWD, path, 0, argv);
 	int r_ = (int)SYSRET(dsock_real.execve(path, argv, env));
 	dsock_shm_exec_failed(); /* still here: the exec failed */
 	return (int)dsock_ret(r_);
@@ -28,7 +29,7 @@ DSOCK_API int execve(const char *path, char *const argv[], char *const envp[])
 
 DSOCK_API int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	DSOCK_ENV_FIXED(envp, env, 0);
+	DSOCK_ENV_FIXED(envp, env, 0, AT_FDCWD, file, 1, argv);
 	int r_ = (int)SYSRET(dsock_real.execvpe(file, argv, env));
 	dsock_shm_exec_failed(); /* still here: the exec failed */
 	return (int)dsock_ret(r_);
@@ -46,7 +47,7 @@ DSOCK_API int execvp(const char *file, char *const argv[])
 
 DSOCK_API int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags)
 {
-	DSOCK_ENV_FIXED(envp, env, 0);
+	DSOCK_ENV_FIXED(envp, env, 0, dirfd, (flags & AT_EMPTY_PATH) && !*path ? NULL : path, 0, argv);
 	int r_ = (int)SYSRET(dsock_real.execveat(dirfd, path, argv, env, flags));
 	dsock_shm_exec_failed(); /* still here: the exec failed */
 	return (int)dsock_ret(r_);
@@ -54,7 +55,7 @@ DSOCK_API int execveat(int dirfd, const char *path, char *const argv[], char *co
 
 DSOCK_API int fexecve(int fd, char *const argv[], char *const envp[])
 {
-	DSOCK_ENV_FIXED(envp, env, 0);
+	DSOCK_ENV_FIXED(envp, env, 0, fd, NULL, 0, argv);
 	int r_ = (int)SYSRET(dsock_real.fexecve(fd, argv, env));
 	dsock_shm_exec_failed(); /* still here: the exec failed */
 	return (int)dsock_ret(r_);
@@ -99,7 +100,7 @@ DSOCK_API int execle(const char *path, const char *arg, ...)
 DSOCK_API int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
 			  const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
-	DSOCK_ENV_FIXED(envp, env, 1);
+	DSOCK_ENV_FIXED(envp, env, 1, AT_FDCWD, path, 0, argv);
 	int r = dsock_real.posix_spawn(pid, path, fa, attr, argv, env);
 	dsock_shm_exec_failed(); /* the parent keeps its memfds private */
 	return r;
@@ -108,7 +109,7 @@ DSOCK_API int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_a
 DSOCK_API int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
 			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
-	DSOCK_ENV_FIXED(envp, env, 1);
+	DSOCK_ENV_FIXED(envp, env, 1, AT_FDCWD, file, 1, argv);
 	int r = dsock_real.posix_spawnp(pid, file, fa, attr, argv, env);
 	dsock_shm_exec_failed();
 	return r;

@@ -4,6 +4,7 @@
 #include "lib/transport/transport.h"
 
 #include <errno.h>
+#include <string.h>
 #include <unistd.h>
 #include <limits.h>
 
@@ -171,9 +172,38 @@ ssize_t dsock_io_sendto(int fd, const void *buf, size_t n, int flags, const stru
 	return SYSRET(dsock_real.sendto(fd, buf, n, flags, a, al));
 }
 
+/* fds passed with SCM_RIGHTS may reach a process without dsock: a
+ * transport gives each connection back to the kernel first.  (A failure
+ * has reset that connection; the message still goes, as natively.) */
+static void hand_over_rights(const struct msghdr *m)
+{
+	if (!m || !m->msg_control || m->msg_controllen < sizeof(struct cmsghdr))
+		return;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR((struct msghdr *)m); c;
+	     c = CMSG_NXTHDR((struct msghdr *)m, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len < CMSG_LEN(0))
+			continue;
+		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int pfd;
+			memcpy(&pfd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			struct dsock_sock *s = owned(pfd);
+			if (s) {
+				if (s->tp->handover)
+					s->tp->handover(s, pfd);
+				dsock_sock_put(s);
+			}
+		}
+	}
+}
+
 ssize_t dsock_io_sendmsg(int fd, const struct msghdr *m, int flags)
 {
-	struct dsock_sock *s = owned(fd);
+	struct dsock_sock *s;
+
+	if (m && m->msg_controllen)
+		hand_over_rights(m);
+	s = owned(fd);
 	if (s)
 		return tp_send(s, fd, m, flags);
 	return SYSRET(dsock_real.sendmsg(fd, m, flags));
@@ -181,7 +211,12 @@ ssize_t dsock_io_sendmsg(int fd, const struct msghdr *m, int flags)
 
 int dsock_io_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 {
-	struct dsock_sock *s = owned(fd);
+	struct dsock_sock *s;
+
+	for (unsigned i = 0; v && i < n; i++)
+		if (v[i].msg_hdr.msg_controllen)
+			hand_over_rights(&v[i].msg_hdr);
+	s = owned(fd);
 	if (s) {
 		unsigned i;
 		for (i = 0; i < n; i++) {

@@ -57,10 +57,12 @@ int dsock_spin_contended(long long now_ns)
 
 void dsock_hidden_set(int *flag, int on)
 {
-	if (*flag == on)
+	/* an exchange: two threads setting it at once count it once (the
+	 * process-wide count must return to 0, or every poll stops sleeping) */
+	if (__atomic_load_n(flag, __ATOMIC_RELAXED) == on)
 		return;
-	*flag = on;
-	atomic_fetch_add(&dsock_hidden_readable, on ? 1 : -1);
+	if (__atomic_exchange_n(flag, on, __ATOMIC_ACQ_REL) != on)
+		atomic_fetch_add(&dsock_hidden_readable, on ? 1 : -1);
 }
 
 /* 1 if fd's data is readable but the kernel may not say so.  For an

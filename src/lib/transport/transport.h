@@ -49,6 +49,10 @@ struct dsock_transport {
 	/* Options the transport answers; -ENOPROTOOPT: the kernel's answer. */
 	int (*sockopt)(struct dsock_sock *s, int fd, int set, int level, int opt, void *val, socklen_t *len);
 	void (*want_space)(struct dsock_sock *s);
+	/* fd is about to be handed to a holder that may not run dsock
+	 * (SCM_RIGHTS): the kernel must carry the connection from now on, in
+	 * this process too.  0, or -errno (the connection was reset). */
+	int (*handover)(struct dsock_sock *s, int fd);
 	/* The last fd referring to the socket is gone. */
 	void (*release)(struct dsock_sock *s);
 	/* Process-wide: a thread of ours is about to sleep in the kernel

@@ -2,6 +2,7 @@
  * fork and exec hand-over, release. */
 #include "lib/transport/shm/shm.h"
 #include "lib/core/ctl.h"
+#include "lib/core/exec_target.h"
 #include "lib/core/proc.h"
 #include "lib/interpose/real.h"
 #include "lib/sock/ready.h"
@@ -387,16 +388,26 @@ void shm_release(struct dsock_sock *s)
 	s->tp_priv = NULL;
 }
 
+int shm_reset(struct dsock_sock *s, int fd, unsigned reason)
+{
+	struct sockaddr sa = { .sa_family = AF_UNSPEC };
+
+	/* connect(AF_UNSPEC) aborts the connection as the kernel does on an
+	 * RST: it sends one, empties the receive queue (whose wake-up tokens
+	 * nobody must read as data) and leaves ECONNRESET for the next call */
+	if (dsock_real.connect(fd, &sa, sizeof(sa)) < 0) {
+		struct linger lg = { 1, 0 };
+		dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		dsock_real.shutdown(fd, SHUT_RDWR);
+	}
+	shm_to_kernel(s, reason);
+	return -ECONNRESET;
+}
+
 int shm_fault(struct dsock_sock *s, int fd, const char *what)
 {
-	struct linger lg = { 1, 0 };
-
 	DSOCK_WARN("connection on fd %d reset: shared memory %s (a corrupt or hostile peer)", fd, what);
-	/* the application sees ECONNRESET; the peer gets a kernel RST */
-	dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-	dsock_real.shutdown(fd, SHUT_RDWR);
-	shm_to_kernel(s, DSOCK_R_FAULT);
-	return -ECONNRESET;
+	return shm_reset(s, fd, DSOCK_R_FAULT);
 }
 
 /* ---- fork ------------------------------------------------------------------ */
@@ -453,6 +464,8 @@ struct exec_walk {
 	int restore;
 	int new_holder; /* the new program runs in a process not counted yet */
 	unsigned mark;  /* this exec attempt */
+	const struct dsock_exec_target *target;
+	int runs_dsock; /* the new program will: -1 not known yet */
 };
 
 static unsigned exec_mark;
@@ -481,6 +494,14 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 	fl = dsock_real.fcntl(fd, F_GETFD);
 	if (fl < 0 || (fl & FD_CLOEXEC))
 		return;
+	if (w->runs_dsock < 0)
+		w->runs_dsock = dsock_exec_runs_dsock(w->target);
+	if (!w->runs_dsock) {
+		/* it would read tokens as data: the kernel carries it from now */
+		shm_handover(s, fd);
+		c->exec_mark = w->mark; /* its fd survives: not dropped */
+		return;
+	}
 	int len = snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%d:%u:%lld:%d", w->used ? "," : "",
 			   fd, c->memfd, c->side, c->size, (long long)c->tx_base, w->new_holder);
 	if (len < 0 || (size_t)len >= w->n - w->used)
@@ -504,12 +525,12 @@ static void exec_drop(int fd, struct dsock_sock *s, void *arg)
 	}
 }
 
-size_t dsock_shm_exec_env(char *buf, size_t n, int spawn)
+size_t dsock_shm_exec_env(char *buf, size_t n, int spawn, const struct dsock_exec_target *t)
 {
 	static const char name[] = "DSOCK_SHM_FDS=";
 	/* a vfork child (our memory, its own process) is a new holder too */
 	struct exec_walk w = { .buf = buf + sizeof(name) - 1, .n = n - (sizeof(name) - 1),
-			       .new_holder = spawn || !dsock_table_owner() };
+			       .new_holder = spawn || !dsock_table_owner(), .target = t, .runs_dsock = -1 };
 
 	if (n <= sizeof(name))
 		return 0;

@@ -42,7 +42,7 @@ static int my_tid(void)
 /* A lock word in shared memory, held by a thread id; a holder that died is
  * detected and its lock taken over.  Bounded: a lock a hostile peer holds
  * forever faults the connection instead of hanging us. */
-static int lock_shared(uint32_t *w)
+int shm_lock(uint32_t *w)
 {
 	uint32_t me = (uint32_t)my_tid(), cur;
 
@@ -65,7 +65,7 @@ static int lock_shared(uint32_t *w)
 	}
 }
 
-static void unlock_shared(uint32_t *w)
+void shm_unlock(uint32_t *w)
 {
 	__atomic_store_n(w, 0, __ATOMIC_RELEASE);
 }
@@ -90,7 +90,7 @@ enum { ST_FIN_WAIT1 = 4, ST_FIN_WAIT2 = 5, ST_TIME_WAIT = 6, ST_LAST_ACK = 9, ST
  * (The receive side counts for itself, side.kread: once the socket is
  * closed, the kernel's counter cannot say whether the peer's FIN is in it,
  * and one byte of data was lost that way.) */
-static int64_t kernel_sent(int fd)
+int64_t shm_kernel_sent(int fd)
 {
 	for (int i = 0; i < 1000; i++) {
 		struct tcp_info ti;
@@ -113,7 +113,7 @@ static int64_t kernel_sent(int fd)
 
 int shm_calibrate(struct shm_conn *c, int fd)
 {
-	c->tx_base = kernel_sent(fd);
+	c->tx_base = shm_kernel_sent(fd);
 	return c->tx_base < 0 ? -EINVAL : 0;
 }
 
@@ -137,7 +137,7 @@ static int64_t tx_space(struct shm_conn *c, uint64_t *tail)
 	*tail = t;
 	if (t - h > c->size)
 		return -1;
-	c->tx_head = h;
+	__atomic_store_n(&c->tx_head, h, __ATOMIC_RELAXED); /* pollers too, unlocked */
 	return (int64_t)(c->size - (t - h));
 }
 
@@ -149,9 +149,11 @@ static int64_t tx_space_for(struct shm_conn *c, uint64_t *tail, size_t want)
 {
 	uint64_t t = __atomic_load_n(&c->tx->tail, __ATOMIC_RELAXED);
 
-	if (t - c->tx_head <= c->size && c->size - (t - c->tx_head) >= want) {
+	uint64_t h = __atomic_load_n(&c->tx_head, __ATOMIC_RELAXED);
+
+	if (t - h <= c->size && c->size - (t - h) >= want) {
 		*tail = t;
-		return (int64_t)(c->size - (t - c->tx_head));
+		return (int64_t)(c->size - (t - h));
 	}
 	return tx_space(c, tail);
 }
@@ -204,7 +206,7 @@ static void ring_doorbell(struct shm_conn *c, int fd)
  * active): everything sent so far went by the kernel, from here on the
  * ring; the receiver drains the kernel up to this offset first.  After it,
  * and only after it, a byte we put on the kernel socket is a token. */
-static int switch_tx_locked(struct shm_conn *c, int fd)
+static int switch_tx_locked(struct shm_conn *c, int fd, int force)
 {
 	int64_t sent;
 
@@ -212,13 +214,15 @@ static int switch_tx_locked(struct shm_conn *c, int fd)
 		return 0;
 	if (__atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE))
 		return -EPIPE; /* shut down before switching: nothing more to send */
+	if (shm_down_any(c) && !force)
+		return -EAGAIN; /* going back to the kernel: stay there */
 	/* switch only when the kernel holds nothing unsent: while the peer's
 	 * window is full the kernel's backpressure (blocking, SO_SNDTIMEO,
 	 * EAGAIN) stays exactly as it was; the ring adds no capacity */
 	int unsent = 0;
 	if (dsock_real.ioctl(fd, SIOCOUTQNSD, &unsent) < 0 || unsent > 0)
 		return -EAGAIN;
-	sent = kernel_sent(fd) - c->tx_base;
+	sent = shm_kernel_sent(fd) - c->tx_base;
 	if (sent < 0)
 		return -EPROTO;
 	/* from now on our kernel stream carries 1-byte tokens only: Nagle
@@ -236,6 +240,24 @@ static int switch_tx_locked(struct shm_conn *c, int fd)
 	return 0;
 }
 
+int shm_wake_peer(struct shm_conn *c, int fd)
+{
+	int e;
+
+	if (shm_lock(&c->tx->tx_lock))
+		return -EAGAIN;
+	/* a token is a token only once our sending has switched */
+	e = __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) ? -EAGAIN :
+	    shm_active(c) ? switch_tx_locked(c, fd, 1) : -EAGAIN;
+	if (!e) {
+		__atomic_store_n(&c->tx->token, 1, __ATOMIC_SEQ_CST);
+		char t = 0;
+		dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+	}
+	shm_unlock(&c->tx->tx_lock);
+	return e ? -EAGAIN : 0;
+}
+
 /* Wakes a producer waiting for space in our rx ring: a blocked send on the
  * futex, a poller through a token on its kernel socket (which wakes poll,
  * select and epoll; our pollers then look at the ring). */
@@ -249,28 +271,43 @@ static void space_freed(struct shm_conn *c, int fd)
 		/* a token on our kernel stream is only a token once our own
 		 * sending has switched; switch it now if need be */
 		if (__atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE) {
-			if (lock_shared(&c->tx->tx_lock))
+			if (shm_lock(&c->tx->tx_lock))
 				return;
-			int e = switch_tx_locked(c, fd);
-			unlock_shared(&c->tx->tx_lock);
+			int e = switch_tx_locked(c, fd, 0);
+			shm_unlock(&c->tx->tx_lock);
 			if (e)
 				return;
 		}
+		if (__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
+			return; /* our kernel stream carries data now, no tokens */
 		__atomic_store_n(&c->rx->space_token, 1, __ATOMIC_SEQ_CST);
 		char t = 0;
 		dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 	}
 }
 
-/* Reads and discards tokens; returns 0, 1 on kernel EOF, or -errno. */
-static int drain_tokens(int fd)
+/* Reads and discards tokens (rx lock held), counting them in side.kread:
+ * a downgrade (down.c) names the kernel byte where plain data resumes,
+ * and no drain reads past it.  Returns 0, 1 on kernel EOF, or -errno. */
+int shm_drain_tokens(struct shm_conn *c, int fd)
 {
 	char buf[64];
 
 	for (;;) {
-		ssize_t n = dsock_real.recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-		if (n > 0)
+		size_t want = sizeof(buf);
+		uint64_t got = __atomic_load_n(&c->me->kread, __ATOMIC_RELAXED);
+		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
+			uint64_t left = __atomic_load_n(&c->peer->down_off, __ATOMIC_RELAXED) - got;
+			if (left == 0 || left > (1ULL << 62))
+				return 0;
+			if (want > left)
+				want = (size_t)left;
+		}
+		ssize_t n = dsock_real.recv(fd, buf, want, MSG_DONTWAIT);
+		if (n > 0) {
+			__atomic_store_n(&c->me->kread, got + (uint64_t)n, __ATOMIC_RELEASE);
 			continue;
+		}
 		if (n == 0)
 			return 1;
 		return errno == EAGAIN ? 0 : -errno;
@@ -291,7 +328,7 @@ static int clear_and_drain(struct shm_conn *c, int fd)
 {
 	__atomic_store_n(&c->rx->token, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&c->tx->space_token, 0, __ATOMIC_SEQ_CST);
-	return drain_tokens(fd);
+	return shm_drain_tokens(c, fd);
 }
 
 /* Sets our lease as consumer.  Extending it is written only when less
@@ -343,7 +380,7 @@ static struct shm_conn **linger;
 static size_t nlinger, linger_cap;
 
 /* Tries a shared lock once. */
-static int trylock_shared(uint32_t *w)
+int shm_trylock(uint32_t *w)
 {
 	uint32_t cur = 0;
 	return __atomic_compare_exchange_n(w, &cur, (uint32_t)my_tid(), 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
@@ -404,14 +441,14 @@ void shm_settle_lingering(void)
 	for (size_t i = 0; i < nlinger; i++) {
 		struct shm_conn *c = linger[i];
 		uint64_t head;
-		if (!trylock_shared(&c->rx->rx_lock)) {
+		if (!shm_trylock(&c->rx->rx_lock)) {
 			linger[kept++] = c;
 			continue;
 		}
 		hot(c, 0);
 		dsock_hidden_set(&c->unbacked, rx_avail(c, &head) != 0);
 		c->lingering = 0;
-		unlock_shared(&c->rx->rx_lock);
+		shm_unlock(&c->rx->rx_lock);
 	}
 	nlinger = kept;
 	pthread_mutex_unlock(&linger_mu);
@@ -465,7 +502,7 @@ static int wait_space(struct shm_conn *c, int fd)
 	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
 
 	__atomic_store_n(&c->tx->tx_waiting, 1, __ATOMIC_SEQ_CST);
-	if (tx_space(c, &tail) != 0)
+	if (tx_space(c, &tail) != 0 || shm_down_any(c))
 		return 0;
 	/* not FUTEX_PRIVATE: the word is shared with the other process */
 	if (syscall(SYS_futex, &c->tx->space_seq, FUTEX_WAIT, seq, &slice, NULL, 0) < 0 && errno == EINTR)
@@ -477,9 +514,12 @@ static int wait_space(struct shm_conn *c, int fd)
 	if (dsock_real.poll(&p, 1, 0) > 0) {
 		if (p.revents & (POLLERR | POLLHUP))
 			return -EPIPE;
-		if (p.revents & POLLRDHUP) {
+		/* (under the tx lock: a downgrade counts our kernel bytes there) */
+		if ((p.revents & POLLRDHUP) && shm_trylock(&c->tx->tx_lock)) {
 			char t = 0;
-			dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+			if (!__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
+				dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+			shm_unlock(&c->tx->tx_lock);
 		}
 	}
 	return 0;
@@ -542,16 +582,28 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 	/* an address on a connected TCP socket is ignored, as Linux does */
 	if (m->msg_iovlen > IOV_MAX)
 		return -EMSGSIZE;
-	if (lock_shared(&c->tx->tx_lock))
+again:
+	if (shm_down_any(c)) {
+		/* back to the kernel (down.c): once our sending is there, the
+		 * kernel answers every send, exactly as for a plain socket */
+		int d = shm_down_step(s, fd);
+		if (d < 0)
+			return d;
+		if (__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
+			r = dsock_real.sendmsg(fd, m, flags);
+			return r < 0 ? -errno : r;
+		}
+	}
+	if (shm_lock(&c->tx->tx_lock))
 		return shm_fault(s, fd, "lock held forever");
 	/* attached but the peer not yet (-EAGAIN here), or not switched now
 	 * (kernel backpressure, or shut down): the kernel answers, under the
 	 * lock a switch takes, blocking, EPIPE and SIGPIPE included */
-	err = shm_active(c) ? switch_tx_locked(c, fd) : -EAGAIN;
+	err = shm_active(c) ? switch_tx_locked(c, fd, 0) : -EAGAIN;
 	if (err == -EAGAIN || err == -EPIPE) {
 		r = dsock_real.sendmsg(fd, m, flags);
 		err = errno;
-		unlock_shared(&c->tx->tx_lock);
+		shm_unlock(&c->tx->tx_lock);
 		return r < 0 ? -err : r;
 	}
 	if (err)
@@ -567,7 +619,7 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 		int64_t space = tx_space_for(c, &tail, total - done);
 
 		if (space < 0) {
-			unlock_shared(&c->tx->tx_lock);
+			shm_unlock(&c->tx->tx_lock);
 			return shm_fault(s, fd, "tx indices out of range");
 		}
 		if (space == 0) {
@@ -584,7 +636,7 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 					err = -EAGAIN;
 				break;
 			}
-			unlock_shared(&c->tx->tx_lock);
+			shm_unlock(&c->tx->tx_lock);
 			if (!deadline) {
 				struct timeval tv = { 0, 0 };
 				socklen_t tl = sizeof(tv);
@@ -595,10 +647,18 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 			err = shm_now_ns() >= deadline ? -EAGAIN : wait_space(c, fd);
 			if (err == -EPIPE)
 				err = peer_closed_probe(fd, flags) ?: -EPIPE;
-			if (lock_shared(&c->tx->tx_lock))
+			if (shm_lock(&c->tx->tx_lock))
 				return shm_fault(s, fd, "lock held forever");
 			if (err)
 				break;
+			if (shm_down_any(c)) {
+				/* back to the kernel: what is in the ring goes there
+				 * first (a short count; the next call goes on) */
+				if (done)
+					break;
+				shm_unlock(&c->tx->tx_lock);
+				goto again;
+			}
 			continue;
 		}
 		size_t n = total - done < (size_t)space ? total - done : (size_t)space;
@@ -613,7 +673,7 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 			__atomic_store_n(&c->me->cpu, cpu, __ATOMIC_RELAXED);
 	}
 out:
-	unlock_shared(&c->tx->tx_lock);
+	shm_unlock(&c->tx->tx_lock);
 	return done ? (ssize_t)done : err;
 }
 
@@ -623,7 +683,7 @@ out:
  * before this reads switch_off: the peer sends tokens only after its switch
  * and only to a consumer that is not hot).  Returns bytes, 0 on kernel EOF,
  * -EAGAIN when there is none (rx_switched may have become 1), -errno. */
-static ssize_t rx_kernel(struct shm_conn *c, int fd, struct msghdr *m, size_t off, size_t want, int flags)
+ssize_t shm_rx_kernel(struct shm_conn *c, int fd, struct msghdr *m, size_t off, size_t want, int flags)
 {
 	uint64_t sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_SEQ_CST);
 	struct msghdr km = *m;
@@ -705,7 +765,16 @@ static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int fl
 	}
 	if (m->msg_iovlen > IOV_MAX)
 		return -EMSGSIZE;
-	if (lock_shared(&c->rx->rx_lock))
+again:
+	if (shm_down_any(c)) {
+		/* back to the kernel (down.c) */
+		int d = shm_down_step(s, fd);
+		if (d < 0)
+			return d;
+		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
+			return got ? (ssize_t)got : shm_recv_down(s, fd, m, flags);
+	}
+	if (shm_lock(&c->rx->rx_lock))
 		return shm_fault(s, fd, "lock held forever");
 	m->msg_flags = 0;
 	m->msg_namelen = 0;
@@ -716,9 +785,17 @@ static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int fl
 
 		if (atomic_load(&c->kfd) >= 0)
 			fd = atomic_load(&c->kfd);
+		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
+			/* the ring is closed for good: what it held comes by the kernel */
+			if (got)
+				break;
+			hot(c, 0);
+			shm_unlock(&c->rx->rx_lock);
+			goto again;
+		}
 		hot(c, shm_now_ns() + SPIN_NS);
 		if (!__atomic_load_n(&c->me->rx_switched, __ATOMIC_SEQ_CST)) {
-			ssize_t r = total ? rx_kernel(c, fd, m, got, total - got, flags) : -EAGAIN;
+			ssize_t r = total ? shm_rx_kernel(c, fd, m, got, total - got, flags) : -EAGAIN;
 			if (r > 0) {
 				got += (size_t)r;
 				if (!waitall || got == total)
@@ -736,7 +813,7 @@ static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int fl
 		}
 		avail = rx_avail(c, &head);
 		if (avail < 0) {
-			unlock_shared(&c->rx->rx_lock);
+			shm_unlock(&c->rx->rx_lock);
 			return shm_fault(s, fd, "rx indices out of range");
 		}
 		if (total == 0 && avail > 0)
@@ -820,13 +897,15 @@ static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int fl
 			spin_end = 0;
 			continue;
 		}
-		unlock_shared(&c->rx->rx_lock);
+		shm_unlock(&c->rx->rx_lock);
 		char t;
 		ssize_t r = dsock_real.recv(fd, &t, 1, MSG_PEEK);
 		next_check = 0;
 		int e = errno;
 		atomic_fetch_sub(&dsock_sleepers, 1);
-		if (lock_shared(&c->rx->rx_lock))
+		if (!got && shm_down_any(c) && !(r < 0 && (e == EAGAIN || e == EINTR)))
+			goto again; /* a side asks to go back to the kernel */
+		if (shm_lock(&c->rx->rx_lock))
 			return shm_fault(s, fd, "lock held forever");
 		spin_end = 0;
 		if (r < 0 && (e == EAGAIN || e == EINTR)) {
@@ -842,7 +921,7 @@ static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int fl
 	} else {
 		hot(c, 0);
 	}
-	unlock_shared(&c->rx->rx_lock);
+	shm_unlock(&c->rx->rx_lock);
 	if (got)
 		return (ssize_t)got;
 	if (eof || (err && err != -EAGAIN))
@@ -877,6 +956,8 @@ long shm_readable(struct dsock_sock *s, int fd)
 
 	if (!c || c->state != SC_ATTACHED)
 		return -ENOTSUP; /* pending: the kernel holds every byte; ask it */
+	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
+		return shm_readable_down(c, fd);
 	for (int i = 0;; i++) {
 		/* the peer's offset on both sides of the ring read: a switch in
 		 * between would make kernel bytes tokens and ring bytes data */
@@ -916,10 +997,21 @@ void shm_closing(struct dsock_sock *s, int fd)
 	 * on, its tokens must keep coming, the kernel socket stays open */
 	if (!shm_let_go(c))
 		return;
+	/* the peer asked to go back to the kernel: what our ring holds goes
+	 * there before the FIN (a failure resets) */
+	if (shm_down_any(c) && shm_down_answer(s, fd) < 0)
+		return;
 	__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
 	if (!shm_active(c))
 		return;
 	shm_linger_forget(c); /* no settle may end the lease set below */
+	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
+		/* the ring is closed: the kernel decides FIN or RST by what is
+		 * unread, once the tokens are out of the way */
+		if (__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE))
+			shm_drain_tokens(c, fd);
+		return;
+	}
 	if (rx_avail(c, &head) != 0) {
 		struct linger lg = { 1, 0 };
 		dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
@@ -927,7 +1019,7 @@ void shm_closing(struct dsock_sock *s, int fd)
 	}
 	hot(c, INT64_MAX); /* no more tokens to us */
 	if (__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE))
-		drain_tokens(fd);
+		shm_drain_tokens(c, fd);
 }
 
 int shm_writable(struct dsock_sock *s)
@@ -935,7 +1027,7 @@ int shm_writable(struct dsock_sock *s)
 	struct shm_conn *c = shm_conn(s);
 	uint64_t tail;
 
-	if (!c || !shm_active(c))
+	if (!c || !shm_active(c) || __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
 		return 1;
 	return tx_space(c, &tail) != 0;
 }
@@ -945,7 +1037,7 @@ void shm_want_space(struct dsock_sock *s)
 	struct shm_conn *c = shm_conn(s);
 	uint64_t tail;
 
-	if (c && shm_active(c)) {
+	if (c && shm_active(c) && !__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
 		__atomic_store_n(&c->tx->tx_waiting, 1, __ATOMIC_SEQ_CST);
 		if (tx_space(c, &tail) != 0) /* freed meanwhile: no token will come */
 			__atomic_store_n(&c->tx->tx_waiting, 0, __ATOMIC_RELAXED);
@@ -983,8 +1075,14 @@ int shm_spurious_in(struct dsock_sock *s, int fd)
 	uint64_t head;
 	ssize_t n;
 
+	if (c && c->state == SC_ATTACHED && shm_down_any(c)) {
+		if (shm_down_step(s, fd) < 0)
+			return 0; /* reset: the application reads the error */
+		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
+			return shm_spurious_down(c, fd);
+	}
 	if (!c || c->state != SC_ATTACHED || !__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) ||
-	    rx_avail(c, &head) != 0 || lock_shared(&c->rx->rx_lock))
+	    rx_avail(c, &head) != 0 || shm_lock(&c->rx->rx_lock))
 		return 0;
 	/* only tokens: every byte here is one, and no FIN or error follows */
 	n = dsock_real.recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
@@ -999,6 +1097,6 @@ int shm_spurious_in(struct dsock_sock *s, int fd)
 	} else {
 		n = 0; /* EOF or error: real */
 	}
-	unlock_shared(&c->rx->rx_lock);
+	shm_unlock(&c->rx->rx_lock);
 	return (int)n;
 }

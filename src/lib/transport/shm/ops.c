@@ -6,7 +6,8 @@ int shm_hidden_readable(struct dsock_sock *s)
 	struct shm_conn *c = shm_conn(s);
 
 	/* a ring that broke its rules counts as readable: the read resets it */
-	return c && c->state == SC_ATTACHED && c->unbacked && shm_readable(s, -1) != 0;
+	return c && c->state == SC_ATTACHED && __atomic_load_n(&c->unbacked, __ATOMIC_RELAXED) &&
+	       shm_readable(s, -1) != 0;
 }
 
 static uint64_t shm_rx_mark(struct dsock_sock *s)
@@ -14,6 +15,14 @@ static uint64_t shm_rx_mark(struct dsock_sock *s)
 	struct shm_conn *c = shm_conn(s);
 
 	return c && c->state == SC_ATTACHED ? __atomic_load_n(&c->rx->tail, __ATOMIC_ACQUIRE) : 0;
+}
+
+/* SCM_RIGHTS: back to the kernel, and out of the transport here too. */
+static int shm_handover_op(struct dsock_sock *s, int fd)
+{
+	int r = shm_handover(s, fd);
+
+	return r ? r : shm_down_step(s, fd);
 }
 
 const struct dsock_transport dsock_shm_transport = {
@@ -31,6 +40,7 @@ const struct dsock_transport dsock_shm_transport = {
 	.writable = shm_writable,
 	.sockopt = shm_sockopt,
 	.want_space = shm_want_space,
+	.handover = shm_handover_op,
 	.release = shm_release,
 	.before_sleep = shm_settle_lingering,
 };

@@ -95,6 +95,9 @@ int shm_active(const struct shm_conn *c);
 int shm_let_go(struct shm_conn *c);
 /* The shared memory broke its rules: reset this connection only. */
 int shm_fault(struct dsock_sock *s, int fd, const char *what);
+/* Resets the connection (ECONNRESET here, RST to the peer) and leaves the
+ * transport with the reason.  Returns -ECONNRESET. */
+int shm_reset(struct dsock_sock *s, int fd, unsigned reason);
 
 /* Fork: a pairing still pending when the process forks is refused in both
  * processes (only one of them would hear the answer). */
@@ -102,9 +105,11 @@ void dsock_shm_fork_prepare(void);
 void dsock_shm_fork_parent(void);
 void dsock_shm_fork_child(void);
 /* exec: hands attached connections to the new program through the
- * environment (DSOCK_SHM_FDS), and takes them back in it.  spawn: the new
+ * environment (DSOCK_SHM_FDS), and takes them back in it; if the new
+ * program will not run dsock (t), they go back to the kernel instead.  spawn: the new
  * program runs in another process (posix_spawn), which adds a holder. */
-size_t dsock_shm_exec_env(char *buf, size_t n, int spawn);
+struct dsock_exec_target;
+size_t dsock_shm_exec_env(char *buf, size_t n, int spawn, const struct dsock_exec_target *t);
 void dsock_shm_exec_failed(void);
 void dsock_shm_adopt_inherited(void);
 /* Normal exit: this process lets go of its connections as close does (a
@@ -134,6 +139,55 @@ int shm_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void 
 int shm_hidden_readable(struct dsock_sock *s);
 
 int64_t shm_now_ns(void);
+/* Lock words in shared memory (tid-tagged; a dead holder's lock is taken
+ * over; shm_lock gives up with -EDEADLK after ~0.2 s or on re-entry). */
+int shm_lock(uint32_t *w);
+int shm_trylock(uint32_t *w);
+void shm_unlock(uint32_t *w);
+/* Data bytes ever written to the kernel socket (tokens included once
+ * switched), or -1. */
+int64_t shm_kernel_sent(int fd);
+/* Pre-switch kernel data for a receiver (rx lock held): at most up to the
+ * peer's switch offset.  Bytes, 0 on EOF, -EAGAIN, -errno. */
+ssize_t shm_rx_kernel(struct shm_conn *c, int fd, struct msghdr *m, size_t off, size_t want, int flags);
+/* Reads and discards tokens (rx lock held), counting them in side.kread,
+ * never past a published down_off.  0, 1 on kernel EOF, or -errno. */
+int shm_drain_tokens(struct shm_conn *c, int fd);
+/* Wakes the peer with a token on our kernel stream (switching it first if
+ * need be); 0, or -EAGAIN if our stream cannot carry a token now. */
+int shm_wake_peer(struct shm_conn *c, int fd);
+
+/* down.c: moving a connection back to the kernel when its fd goes to a
+ * holder that does not run dsock (an exec'ed static or setuid program, a
+ * program the rules exclude, any receiver of SCM_RIGHTS).  That holder
+ * would read wake-up tokens as data and never see the rings: so both
+ * directions return to the kernel, each at an exact kernel byte offset
+ * (side.down_off), with the ring bytes their consumer had not read sent
+ * after it.  See docs/ARCHITECTURE.md ("Handing a connection over"). */
+/* A side asked, or the peer went back (it may do so unasked: a hostile
+ * peer may, and we must not loop on it). */
+static inline int shm_down_any(const struct shm_conn *c)
+{
+	return __atomic_load_n(&c->me->down_req, __ATOMIC_ACQUIRE) |
+	       __atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE) |
+	       __atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE);
+}
+/* Before a call (no shared lock held): answers the peer's request by
+ * moving our sending back; leaves the transport once both directions are
+ * plain.  0, or -ECONNRESET if the move failed (connection reset). */
+int shm_down_step(struct dsock_sock *s, int fd);
+/* The same without leaving the transport (close). */
+int shm_down_answer(struct dsock_sock *s, int fd);
+/* fd leaves for a holder without dsock: both directions back on the
+ * kernel first (asking the peer, at most 2 s).  0, or -ECONNRESET when it
+ * could not be made exact (connection reset, logged). */
+int shm_handover(struct dsock_sock *s, int fd);
+/* Receiving once the peer's sending is back on the kernel. */
+ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
+/* Readable bytes then (FIONREAD), and whether a kernel-readable socket
+ * holds only tokens (our pollers' filter). */
+long shm_readable_down(struct shm_conn *c, int fd);
+int shm_spurious_down(struct shm_conn *c, int fd);
 
 /* Lingering leases (data.c).  A receiver leaves its connection "hot" for a
  * moment after a recv, so a producer sending meanwhile skips the wake-up

@@ -1,0 +1,19 @@
+/* What an exec is about to start, and whether it will run dsock (so that
+ * connections on the rings can be handed to it, or must go back to the
+ * kernel first). */
+#ifndef DSOCK_EXEC_TARGET_H
+#define DSOCK_EXEC_TARGET_H
+
+struct dsock_exec_target {
+	int dirfd;          /* AT_FDCWD, execveat's directory, or fexecve's file */
+	const char *path;   /* NULL or "": dirfd is the file itself */
+	int search;         /* execvp*, posix_spawnp: looked up in PATH */
+	char *const *argv;
+	char *const *envp;  /* as the program passes it */
+};
+
+/* 1 if the new program will load libdsock.so with the fast path enabled
+ * and so take the connections over (DSOCK_SHM_FDS); 0 if not, or unsure. */
+int dsock_exec_runs_dsock(const struct dsock_exec_target *t);
+
+#endif

@@ -1,0 +1,364 @@
+/* Handing a connection over to a holder without dsock (an exec'ed static
+ * or setuid program, a program the rules exclude, any receiver of
+ * SCM_RIGHTS): both directions go back to the kernel, each at an exact
+ * byte offset of its kernel stream, before the fd leaves.
+ *
+ * A side's kernel stream, once it has gone back, reads: data sent before
+ * its switch, tokens up to side.down_off, then plain data, starting with
+ * the ring bytes its consumer had not read (re-sent from the ring).  The
+ * side going back holds the three locks that keep any other byte out of
+ * that count: its tx lock (sends, data tokens), its rx lock (space tokens)
+ * and the peer's rx lock (the peer's drains, which stop at down_off).
+ * See docs/ARCHITECTURE.md ("Handing a connection over"). */
+#include "lib/transport/shm/shm.h"
+#include "lib/interpose/real.h"
+#include "lib/sock/ready.h"
+#include "common/log.h"
+#include "common/reason.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sockios.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define DOWN_WAIT_NS 2000000000LL /* the peer answers within this, or we reset */
+
+static void nap(long ns)
+{
+	struct timespec ts = { 0, ns };
+	nanosleep(&ts, NULL);
+}
+
+/* A lock of the peer's, tried (two sides going back at once would each
+ * hold their own and wait for the other's); a dead holder's is taken. */
+static int trylock_peer(uint32_t *w, int round)
+{
+	uint32_t cur;
+
+	if (shm_trylock(w))
+		return 1;
+	cur = __atomic_load_n(w, __ATOMIC_RELAXED);
+	if (round % 64 == 63 && cur && (cur > (uint32_t)INT32_MAX || (kill((pid_t)cur, 0) < 0 && errno == ESRCH)))
+		__atomic_compare_exchange_n(w, &cur, 0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+	return 0;
+}
+
+/* Sends the ring bytes [head, head + n) on the kernel socket, without
+ * blocking (we hold locks the peer may need to read them).  The socket has
+ * carried only tokens, so its buffer is nearly empty; it is grown once for
+ * a large ring.  0, or -errno (a short send leaves the stream broken: the
+ * caller resets). */
+static int send_backlog(struct shm_conn *c, int fd, uint64_t head, uint64_t n)
+{
+	int grown = 0;
+
+	while (n) {
+		size_t pos = (size_t)(head & (c->size - 1));
+		size_t run = c->size - pos < n ? c->size - pos : (size_t)n;
+		ssize_t r = dsock_real.send(fd, c->txd + pos, run, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (r > 0) {
+			head += (uint64_t)r;
+			n -= (uint64_t)r;
+			continue;
+		}
+		if (r < 0 && errno == EAGAIN && !grown) {
+			int cur = 0;
+			socklen_t l = sizeof(cur);
+			dsock_real.getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &cur, &l);
+			int want = cur + (int)n; /* the kernel doubles it */
+			if (dsock_real.setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &want, sizeof(want)) < 0)
+				dsock_real.setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &want, sizeof(want));
+			grown = 1;
+			continue;
+		}
+		return r < 0 ? -errno : -EIO;
+	}
+	return 0;
+}
+
+/* Moves our sending back to the kernel for good.  0, -EAGAIN (a lock is
+ * busy: try again), or -errno. */
+static int tx_down(struct shm_conn *c, int fd)
+{
+	int r = 0;
+
+	for (int round = 0;; round++) {
+		if (shm_lock(&c->rx->rx_lock))
+			return -EAGAIN;
+		if (shm_lock(&c->tx->tx_lock)) {
+			shm_unlock(&c->rx->rx_lock);
+			return -EAGAIN;
+		}
+		if (trylock_peer(&c->tx->rx_lock, round))
+			break;
+		shm_unlock(&c->tx->tx_lock);
+		shm_unlock(&c->rx->rx_lock);
+		if (round > 20000)
+			return -ETIMEDOUT;
+		if (round < 64)
+			sched_yield();
+		else
+			nap(20000);
+	}
+	if (!__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
+		uint64_t head = __atomic_load_n(&c->tx->head, __ATOMIC_ACQUIRE);
+		uint64_t tail = __atomic_load_n(&c->tx->tail, __ATOMIC_RELAXED);
+		uint64_t n = __atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE ?
+			     0 : tail - head;
+		int64_t k = shm_kernel_sent(fd) - c->tx_base;
+
+		if (n > c->size || k < 0)
+			r = -EPROTO;
+		else if (n && __atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE))
+			r = -EPIPE; /* our FIN is out: no byte can follow it */
+		else if (n)
+			r = send_backlog(c, fd, head, n);
+		if (!r) {
+			__atomic_store_n(&c->me->down_off, (uint64_t)k, __ATOMIC_RELAXED);
+			__atomic_store_n(&c->me->down_sent, 1, __ATOMIC_SEQ_CST);
+			DSOCK_DBG("fd %d: sending back on the kernel at byte %lld, %llu ring bytes re-sent", fd,
+				  (long long)k, (unsigned long long)n);
+		}
+	}
+	shm_unlock(&c->tx->rx_lock);
+	shm_unlock(&c->tx->tx_lock);
+	shm_unlock(&c->rx->rx_lock);
+	return r;
+}
+
+/* The peer's stream, for us: data before its switch, tokens up to its
+ * down_off, then plain.  Its offsets as we use them (a switch offset past
+ * down_off breaks the rules and is cut to it). */
+static void peer_offsets(struct shm_conn *c, uint64_t *sw, uint64_t *dn, uint64_t *kr)
+{
+	*dn = __atomic_load_n(&c->peer->down_off, __ATOMIC_RELAXED);
+	*sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE);
+	if (*sw > *dn)
+		*sw = *dn;
+	*kr = __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE);
+}
+
+/* 1 once every byte the peer sends from our next kernel byte on is plain
+ * data (final: nothing counts kread afterwards). */
+static int rx_plain(struct shm_conn *c)
+{
+	uint64_t sw, dn, kr;
+
+	if (!__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
+		return 0;
+	if (__atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE)
+		return 1; /* it never sent a token */
+	peer_offsets(c, &sw, &dn, &kr);
+	return kr >= dn;
+}
+
+/* Discards the peer's tokens that are in the kernel now (rx lock held,
+ * past its switch offset, its down_off published: the drain stops there).
+ * Returns 1 when none is left, 2 at EOF (the stream ends here), 0 if some
+ * are still to come, or -errno. */
+static int discard_tokens(struct shm_conn *c, int fd)
+{
+	uint64_t sw, dn, kr;
+	int r = shm_drain_tokens(c, fd);
+
+	peer_offsets(c, &sw, &dn, &kr);
+	return r < 0 ? r : kr >= dn ? 1 : r == 1 ? 2 : 0;
+}
+
+int shm_down_answer(struct dsock_sock *s, int fd)
+{
+	struct shm_conn *c = shm_conn(s);
+	int r;
+
+	if (!__atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
+		return 0;
+	r = tx_down(c, fd);
+	if (r == -EAGAIN)
+		return 0; /* busy: the next call answers */
+	if (r) {
+		DSOCK_WARN("connection on fd %d reset: its peer hands it to a program without dsock, "
+			   "and our ring could not move back to the kernel (%s)", fd, strerror(-r));
+		return shm_reset(s, fd, DSOCK_R_HANDOVER_RESET);
+	}
+	return 0;
+}
+
+int shm_down_step(struct dsock_sock *s, int fd)
+{
+	struct shm_conn *c = shm_conn(s);
+	int r = shm_down_answer(s, fd);
+
+	if (r < 0)
+		return r;
+	if (__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) && rx_plain(c) &&
+	    __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) == &dsock_shm_transport) {
+		/* both directions plain: this process leaves the transport */
+		shm_linger_forget(c);
+		dsock_hidden_set(&c->unbacked, 0);
+		shm_to_kernel(s, DSOCK_R_HANDED_OVER);
+	}
+	return 0;
+}
+
+static int handover_failed(struct dsock_sock *s, int fd, const char *why)
+{
+	DSOCK_WARN("connection on fd %d reset: it goes to a program without dsock, and %s", fd, why);
+	return shm_reset(s, fd, DSOCK_R_HANDOVER_RESET);
+}
+
+int shm_handover(struct dsock_sock *s, int fd)
+{
+	struct shm_conn *c = shm_conn(s);
+	int64_t end = shm_now_ns() + DOWN_WAIT_NS;
+	int r, never = 0;
+
+	if (!c)
+		return 0;
+	if (c->state != SC_ATTACHED) {
+		c->refuse = 1; /* a pairing still to come is refused: the kernel keeps it */
+		return 0;
+	}
+	__atomic_store_n(&c->me->down_req, 1, __ATOMIC_SEQ_CST);
+	/* a peer asleep in a receive or a poller wakes and answers */
+	shm_wake_peer(c, fd);
+	while ((r = tx_down(c, fd)) == -EAGAIN && shm_now_ns() < end)
+		nap(20000);
+	if (r)
+		return handover_failed(s, fd, "our ring could not move back to the kernel");
+	for (int i = 0; !__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE); i++) {
+		/* a peer that never switched never will (it looks for our
+		 * request under its tx lock): its stream is plain already */
+		if (__atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE &&
+		    shm_trylock(&c->rx->tx_lock)) {
+			never = __atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE;
+			shm_unlock(&c->rx->tx_lock);
+			if (never)
+				break;
+		}
+		if (shm_now_ns() > end)
+			return handover_failed(s, fd, "its peer did not answer within 2 s");
+		if (i < 100)
+			sched_yield();
+		else
+			nap(100000);
+	}
+	if (never)
+		return 0;
+	/* the peer's tokens must not reach the new holder */
+	if (shm_lock(&c->rx->rx_lock))
+		return handover_failed(s, fd, "our receive lock is held");
+	for (;;) {
+		uint64_t sw, dn, kr;
+		peer_offsets(c, &sw, &dn, &kr);
+		if (kr < sw && dn > sw) {
+			shm_unlock(&c->rx->rx_lock);
+			return handover_failed(s, fd, "unread data lies ahead of wake-up tokens");
+		}
+		r = kr < sw ? 1 : discard_tokens(c, fd);
+		if (r)
+			break;
+		shm_unlock(&c->rx->rx_lock);
+		if (shm_now_ns() > end)
+			return handover_failed(s, fd, "its peer's wake-up tokens did not arrive");
+		nap(20000);
+		if (shm_lock(&c->rx->rx_lock))
+			return handover_failed(s, fd, "our receive lock is held");
+	}
+	shm_unlock(&c->rx->rx_lock);
+	if (r < 0)
+		return handover_failed(s, fd, strerror(-r));
+	dsock_hidden_set(&c->unbacked, 0);
+	return 0;
+}
+
+ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
+{
+	struct shm_conn *c = shm_conn(s);
+	int nb = -1;
+
+	for (;;) {
+		uint64_t sw, dn, kr;
+		ssize_t r;
+
+		if (shm_lock(&c->rx->rx_lock))
+			return shm_fault(s, fd, "lock held forever");
+		dsock_hidden_set(&c->unbacked, 0);
+		if (rx_plain(c)) {
+			shm_unlock(&c->rx->rx_lock);
+			shm_down_step(s, fd);
+			r = dsock_real.recvmsg(fd, m, flags);
+			return r < 0 ? -errno : r;
+		}
+		m->msg_flags = 0;
+		peer_offsets(c, &sw, &dn, &kr);
+		if (kr < sw) {
+			/* data the peer sent before its switch (a short count for
+			 * MSG_WAITALL at this one boundary) */
+			size_t total = 0;
+			for (size_t i = 0; i < m->msg_iovlen; i++)
+				total += m->msg_iov[i].iov_len;
+			r = shm_rx_kernel(c, fd, m, 0, total, flags);
+			shm_unlock(&c->rx->rx_lock);
+			if (r != -EAGAIN)
+				return r;
+		} else {
+			r = discard_tokens(c, fd);
+			shm_unlock(&c->rx->rx_lock);
+			if (r < 0)
+				return r;
+			if (r == 2)
+				return 0; /* EOF */
+			if (r)
+				continue;
+		}
+		/* nothing readable now: sleep as a plain receive would
+		 * (SO_RCVTIMEO, signals) until the kernel has something */
+		if (nb < 0)
+			nb = (flags & MSG_DONTWAIT) || (dsock_real.fcntl(fd, F_GETFL) & O_NONBLOCK);
+		if (nb)
+			return -EAGAIN;
+		char t;
+		r = dsock_real.recv(fd, &t, 1, MSG_PEEK);
+		if (r < 0 && (errno == EAGAIN || errno == EINTR))
+			return -errno;
+	}
+}
+
+long shm_readable_down(struct shm_conn *c, int fd)
+{
+	uint64_t sw, dn, kr;
+	int inq = 0;
+
+	if (fd < 0 || dsock_real.ioctl(fd, SIOCINQ, &inq) < 0)
+		return 0;
+	if (rx_plain(c))
+		return inq;
+	peer_offsets(c, &sw, &dn, &kr);
+	if (kr < sw)
+		return sw - kr < (uint64_t)inq ? (long)(sw - kr) : inq;
+	return (uint64_t)inq > dn - kr ? (long)((uint64_t)inq - (dn - kr)) : 0;
+}
+
+int shm_spurious_down(struct shm_conn *c, int fd)
+{
+	uint64_t sw, dn, kr;
+	char t;
+	ssize_t n;
+
+	if (shm_lock(&c->rx->rx_lock))
+		return 0;
+	if (!rx_plain(c)) {
+		peer_offsets(c, &sw, &dn, &kr);
+		if (kr >= sw)
+			discard_tokens(c, fd);
+	}
+	n = dsock_real.recv(fd, &t, 1, MSG_PEEK | MSG_DONTWAIT);
+	shm_unlock(&c->rx->rx_lock);
+	return n < 0 && errno == EAGAIN; /* tokens only: nothing to read */
+}

@@ -1,0 +1,275 @@
+/* Threads on one fast-path connection, in one process (the library's
+ * objects linked in; both ends adopted as an exec'ed program adopts them,
+ * over a real loopback TCP pair): a writer and a reader per direction and a
+ * poller (poll, epoll, FIONREAD) all at once; every byte is checked.  Built
+ * under ThreadSanitizer too (tests/run.sh: `make SAN=thread`), which checks
+ * the rings, the shared locks, the leases and the sleepers' protocol for
+ * data races.
+ *
+ * Then a lock word held by a living thread that never lets go: the
+ * receiver gives up after its bounded spin and resets that connection
+ * only; a second connection keeps working. */
+#include "unit/unit.h"
+#include "lib/sock/sock.h"
+#include "lib/transport/shm/shm.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RING 65536u
+#define STREAM (4L << 20) /* bytes each way */
+
+extern char **environ;
+
+static unsigned char pat(long i, int dir)
+{
+	return (unsigned char)(i * 131 + (i >> 9) + dir * 77);
+}
+
+struct conn {
+	int a, b, memfd;
+	struct dsock_shm_hdr *h;
+};
+
+/* A loopback pair whose two ends are both adopted by this process, on the
+ * rings from the first byte. */
+static void make_conn(struct conn *k, int lfd, struct sockaddr_in *la)
+{
+	char env[160];
+
+	k->a = socket(AF_INET, SOCK_STREAM, 0);
+	if (k->a < 0 || connect(k->a, (struct sockaddr *)la, sizeof(*la)) < 0 || (k->b = accept(lfd, NULL, NULL)) < 0) {
+		perror("loopback pair");
+		exit(1);
+	}
+	size_t len = DSOCK_SHM_HDR + 2 * RING;
+	k->memfd = memfd_create("test-shm", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+	if (k->memfd < 0 || ftruncate(k->memfd, (off_t)len) < 0 ||
+	    fcntl(k->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		perror("memfd");
+		exit(1);
+	}
+	k->h = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, k->memfd, 0);
+	k->h->magic = DSOCK_SHM_MAGIC;
+	k->h->version = DSOCK_SHM_VERSION;
+	k->h->ring_size = RING;
+	k->h->data_off = DSOCK_SHM_HDR;
+	for (int i = 0; i < 2; i++) {
+		k->h->side[i].attached = DSOCK_ATT_ATTACHED;
+		k->h->side[i].switch_off = 0;
+		k->h->side[i].rx_switched = 1;
+	}
+	/* tx baselines: nothing but the SYN went yet (counted as 1, as the
+	 * transport's own calibration would see it) */
+	snprintf(env, sizeof(env), "%d:%d:0:%u:%lld:0,%d:%d:1:%u:%lld:0", k->a,
+		 fcntl(k->memfd, F_DUPFD_CLOEXEC, 0), RING, (long long)shm_kernel_sent(k->a), k->b,
+		 fcntl(k->memfd, F_DUPFD_CLOEXEC, 0), RING, (long long)shm_kernel_sent(k->b));
+	setenv("DSOCK_SHM_FDS", env, 1);
+	dsock_shm_adopt_inherited();
+	for (int i = 0; i < 2; i++) {
+		struct dsock_sock *s = dsock_fdt_get(i ? k->b : k->a);
+		if (!s || s->tp != &dsock_shm_transport) {
+			fprintf(stderr, "adoption failed\n");
+			exit(1);
+		}
+		dsock_sock_put(s);
+	}
+}
+
+static atomic_int failed, writers_done;
+
+struct job {
+	int fd, dir;
+	unsigned seed;
+};
+
+static void *writer(void *arg)
+{
+	struct job *j = arg;
+	unsigned char buf[6000];
+
+	for (long off = 0; off < STREAM;) {
+		long n = 1 + rand_r(&j->seed) % (long)sizeof(buf);
+		if (n > STREAM - off)
+			n = STREAM - off;
+		for (long i = 0; i < n; i++)
+			buf[i] = pat(off + i, j->dir);
+		ssize_t w = send(j->fd, buf, (size_t)n, MSG_NOSIGNAL);
+		if (w <= 0) {
+			fprintf(stderr, "writer %d: send: %s\n", j->dir, strerror(errno));
+			atomic_store(&failed, 1);
+			break;
+		}
+		off += w;
+	}
+	shutdown(j->fd, SHUT_WR);
+	atomic_fetch_add(&writers_done, 1);
+	return NULL;
+}
+
+static void *reader(void *arg)
+{
+	struct job *j = arg;
+	unsigned char buf[7000], peek[64];
+	long off = 0;
+
+	for (;;) {
+		if (rand_r(&j->seed) % 8 == 0) {
+			/* a peek shows the next bytes of the stream */
+			ssize_t p = recv(j->fd, peek, sizeof(peek), MSG_PEEK);
+			for (ssize_t i = 0; i < p; i++)
+				if (peek[i] != pat(off + i, j->dir)) {
+					fprintf(stderr, "reader %d: peek byte %ld wrong\n", j->dir, off + i);
+					atomic_store(&failed, 1);
+					return NULL;
+				}
+		}
+		size_t n = 1 + rand_r(&j->seed) % sizeof(buf);
+		ssize_t r = recv(j->fd, buf, n, rand_r(&j->seed) % 4 == 0 ? MSG_WAITALL : 0);
+		if (r == 0)
+			break;
+		if (r < 0) {
+			fprintf(stderr, "reader %d: recv: %s\n", j->dir, strerror(errno));
+			atomic_store(&failed, 1);
+			return NULL;
+		}
+		for (ssize_t i = 0; i < r; i++)
+			if (buf[i] != pat(off + i, j->dir)) {
+				fprintf(stderr, "reader %d: byte %ld wrong\n", j->dir, off + i);
+				atomic_store(&failed, 1);
+				return NULL;
+			}
+		off += r;
+	}
+	if (off != STREAM) {
+		fprintf(stderr, "reader %d: EOF after %ld of %ld bytes\n", j->dir, off, STREAM);
+		atomic_store(&failed, 1);
+	}
+	return NULL;
+}
+
+/* Looks at both ends while the streams run: only that the answers are sane. */
+static void *poller(void *arg)
+{
+	struct conn *k = arg;
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP };
+
+	ev.data.fd = k->a;
+	epoll_ctl(ep, EPOLL_CTL_ADD, k->a, &ev);
+	ev.data.fd = k->b;
+	epoll_ctl(ep, EPOLL_CTL_ADD, k->b, &ev);
+	while (atomic_load(&writers_done) < 2 && !atomic_load(&failed)) {
+		struct pollfd p[2] = { { k->a, POLLIN | POLLOUT, 0 }, { k->b, POLLIN | POLLOUT, 0 } };
+		struct epoll_event out[2];
+		int n = 0;
+		if (poll(p, 2, 1) < 0 || epoll_wait(ep, out, 2, 1) < 0 || ioctl(k->a, FIONREAD, &n) < 0 || n < 0) {
+			fprintf(stderr, "poller: %s\n", strerror(errno));
+			atomic_store(&failed, 1);
+		}
+	}
+	close(ep);
+	return NULL;
+}
+
+static void streams(struct conn *k)
+{
+	pthread_t t[5];
+	struct job j[4] = { { k->a, 0, 1 }, { k->b, 0, 2 }, { k->b, 1, 3 }, { k->a, 1, 4 } };
+
+	pthread_create(&t[0], NULL, writer, &j[0]);
+	pthread_create(&t[1], NULL, reader, &j[1]);
+	pthread_create(&t[2], NULL, writer, &j[2]);
+	pthread_create(&t[3], NULL, reader, &j[3]);
+	pthread_create(&t[4], NULL, poller, k);
+	for (int i = 0; i < 5; i++)
+		pthread_join(t[i], NULL);
+	ASSERT_EQ(atomic_load(&failed), 0);
+	ASSERT_TRUE(atomic_load(&dsock_shm_ring_conns) >= 2); /* the bytes went by the rings */
+}
+
+/* ---- a lock held forever by a living thread ----------------------------- */
+static atomic_int hold_state; /* 1 holding, 2 let go */
+static uint32_t *held_word;
+
+static void *holder(void *arg)
+{
+	(void)arg;
+	shm_lock(held_word);
+	atomic_store(&hold_state, 1);
+	while (atomic_load(&hold_state) == 1)
+		usleep(1000);
+	shm_unlock(held_word);
+	return NULL;
+}
+
+static void lock_held_forever(struct conn *bad, struct conn *good)
+{
+	pthread_t t;
+	char c = 'x', got = 0;
+	struct timespec t0, t1;
+
+	/* the receive lock of bad.a's incoming ring, held by a thread that lives */
+	held_word = &bad->h->ring[1].rx_lock;
+	pthread_create(&t, NULL, holder, NULL);
+	while (atomic_load(&hold_state) != 1)
+		usleep(100);
+	ASSERT_EQ(send(bad->b, &c, 1, 0), 1);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ssize_t r = recv(bad->a, &got, 1, 0);
+	int e = errno;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	ASSERT_EQ(r, -1);
+	ASSERT_EQ(e, ECONNRESET);
+	ASSERT_TRUE(secs < 30); /* bounded (about 0.2 s here; slower under sanitizers) */
+	fprintf(stderr, "a receive lock held forever: recv gave up after %.2f s with %s\n", secs, strerror(e));
+	/* the other connection is untouched */
+	ASSERT_EQ(send(good->a, &c, 1, 0), 1);
+	ASSERT_EQ(recv(good->b, &got, 1, 0), 1);
+	ASSERT_EQ(got, 'x');
+	atomic_store(&hold_state, 2);
+	pthread_join(t, NULL);
+}
+
+int main(int argc, char **argv)
+{
+	struct sockaddr_in la = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof(la);
+	struct conn k1, k2, k3;
+	int lfd;
+
+	/* the library reads its settings at load: no daemon, no offers of our
+	 * own (raw exec: the libc wrapper is interposed by the linked library) */
+	if (!getenv("TEST_SHM_THREADS_CHILD")) {
+		setenv("TEST_SHM_THREADS_CHILD", "1", 1);
+		setenv("DSOCK_FASTPATH", "0", 1);
+		setenv("DSOCK_SOCKET", "/nonexistent/dsockd.sock", 1);
+		setenv("DSOCK_LOG", "error", 1);
+		syscall(SYS_execve, "/proc/self/exe", argv, environ);
+		return 1;
+	}
+	(void)argc;
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&la, sizeof(la)) < 0 || listen(lfd, 8) < 0 ||
+	    getsockname(lfd, (struct sockaddr *)&la, &l) < 0)
+		return 1;
+	make_conn(&k1, lfd, &la);
+	streams(&k1);
+	make_conn(&k2, lfd, &la);
+	make_conn(&k3, lfd, &la);
+	lock_held_forever(&k2, &k3);
+	UNIT_DONE();
+}
