@@ -12,12 +12,39 @@ SOAK="$BUILD/tests/soak"
 SEED=${DSOCK_SOAK_SEED:-$(date +%s)}
 TMP=$(mktemp -d /tmp/dsock-soak-XXXXXX)
 rc=0
+
+# Runs the command; if the soak is still running after LIMIT seconds, shows
+# where each of its processes is stuck (kernel wait channel, gdb backtrace)
+# and kills them: exit 124.
+watched() {
+	local limit=$1 pid t=0
+	shift
+	"$@" >"$TMP/out" 2>&1 &
+	pid=$!
+	while kill -0 $pid 2>/dev/null; do
+		sleep 1
+		t=$((t + 1))
+		[ $t -lt "$limit" ] && continue
+		echo "soak: still running after $limit s; where its processes are:"
+		for p in $(pgrep -f "$SOAK -s"); do
+			echo "== pid $p ppid $(awk '{print $4}' /proc/$p/stat 2>/dev/null)" \
+				"state $(awk '{print $3}' /proc/$p/stat 2>/dev/null) wchan $(cat /proc/$p/wchan 2>/dev/null)"
+			command -v gdb >/dev/null && gdb -p "$p" -batch -ex bt 2>/dev/null | grep '^#' | head -25
+		done
+		pkill -9 -f "$SOAK -s"
+		kill -9 $pid 2>/dev/null
+		wait $pid
+		return 124
+	done
+	wait $pid
+}
+
 for mode in native dsock; do
 	if [ $mode = native ]; then
-		timeout $((SECS + 60)) "$SOAK" -s "$SECS" -r "$SEED" "$@" >"$TMP/out" 2>&1
+		watched $((SECS + 60)) "$SOAK" -s "$SECS" -r "$SEED" "$@"
 	else
-		DSOCK_FASTPATH_REPORT="$TMP/report" timeout $((SECS + 60)) \
-			"$BUILD/bin/dsock" run -- "$SOAK" -s "$SECS" -r "$SEED" "$@" >"$TMP/out" 2>&1
+		DSOCK_FASTPATH_REPORT="$TMP/report" watched $((SECS + 60)) \
+			"$BUILD/bin/dsock" run -- "$SOAK" -s "$SECS" -r "$SEED" "$@"
 	fi
 	r=$?
 	summary=$(grep -a '^soak: [0-9]' "$TMP/out")

@@ -4,6 +4,7 @@
 #include "lib/core/guard.h"
 #include "lib/core/proc.h"
 #include "lib/interpose/real.h"
+#include "lib/sock/epset.h"
 #include "lib/sock/sock.h"
 #include "lib/transport/shm/shm.h"
 #include "common/log.h"
@@ -74,10 +75,12 @@ static void fork_prepare(void)
 {
 	dsock_shm_fork_prepare();
 	dsock_sock_fork_prepare();
+	dsock_epset_fork_prepare();
 }
 
 static void fork_parent(void)
 {
+	dsock_epset_fork_parent();
 	dsock_sock_fork_parent();
 	dsock_shm_fork_parent();
 }
@@ -87,6 +90,7 @@ static void fork_child(void)
 	int ppid = dsock_proc.pid;
 
 	dsock_proc.pid = (int)syscall(SYS_getpid);
+	dsock_epset_fork_child();
 	dsock_sock_fork_child();
 	if (dsock_proc.enabled)
 		dsock_ctl_fork_child(ppid);

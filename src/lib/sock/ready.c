@@ -1,4 +1,5 @@
 #include "lib/sock/ready.h"
+#include "lib/sock/epset.h"
 #include "lib/sock/sock.h"
 #include "lib/interpose/real.h"
 #include "lib/core/sysret.h"
@@ -55,72 +56,6 @@ int dsock_spin_contended(long long now_ns)
 	return 0;
 }
 
-void dsock_hidden_set(int *flag, int on)
-{
-	/* an exchange: two threads setting it at once count it once (the
-	 * process-wide count must return to 0, or every poll stops sleeping) */
-	if (__atomic_load_n(flag, __ATOMIC_RELAXED) == on)
-		return;
-	if (__atomic_exchange_n(flag, on, __ATOMIC_ACQ_REL) != on)
-		atomic_fetch_add(&dsock_hidden_readable, on ? 1 : -1);
-}
-
-/* 1 if fd's data is readable but the kernel may not say so.  For an
- * edge-triggered member (*mark not NULL) only once per arrival: *mark is
- * the arrival count last reported. */
-static int hidden(int fd, uint64_t *mark)
-{
-	struct dsock_sock *s = dsock_fdt_peek(fd);
-	const struct dsock_transport *tp;
-	int r = 0;
-
-	if (!s || !(tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE)) || !tp->hidden_readable)
-		return 0;
-	if ((s = dsock_fdt_get(fd))) {
-		r = s->tp && s->tp->hidden_readable(s);
-		if (r && mark && s->tp->rx_mark) {
-			uint64_t now = s->tp->rx_mark(s);
-			r = now != *mark;
-			*mark = now;
-		}
-		dsock_sock_put(s);
-	}
-	return r;
-}
-
-/* ---- epoll membership ------------------------------------------------ */
-struct member {
-	int epfd, fd;
-	unsigned events;
-	uint64_t data;
-	int disarmed; /* EPOLLONESHOT reported by us */
-	uint64_t mark; /* EPOLLET: the arrival count last reported */
-};
-
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static struct member *members;
-static size_t nmembers, cap;
-
-/* The fd an epoll event is about: members by (epfd, data).  -1 when none,
- * or when two members of the set share the data (then we cannot tell). */
-static int member_fd(int epfd, uint64_t data)
-{
-	int fd = -1;
-
-	pthread_mutex_lock(&mu);
-	for (size_t i = 0; i < nmembers; i++) {
-		if (members[i].epfd != epfd || members[i].data != data)
-			continue;
-		if (fd >= 0) {
-			fd = -1;
-			break;
-		}
-		fd = members[i].fd;
-	}
-	pthread_mutex_unlock(&mu);
-	return fd;
-}
-
 /* 1 if the kernel's IN on fd is only wake-up tokens (now drained). */
 static int spurious_in(int fd)
 {
@@ -136,98 +71,6 @@ static int spurious_in(int fd)
 	return r;
 }
 
-void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev)
-{
-	struct dsock_sock *s = dsock_fdt_peek(fd);
-
-	/* only sockets a transport may own, and epoll sets (nesting) */
-	if (op == EPOLL_CTL_ADD && !s && !dsock_fdt_peek(epfd))
-		return;
-	pthread_mutex_lock(&mu);
-	for (size_t i = 0; i < nmembers; i++) {
-		if (members[i].epfd != epfd || members[i].fd != fd)
-			continue;
-		if (op == EPOLL_CTL_DEL) {
-			members[i] = members[--nmembers];
-		} else if (ev) {
-			members[i].events = ev->events;
-			members[i].data = ev->data.u64;
-			members[i].disarmed = 0;
-			members[i].mark = 0; /* MOD reports data already there */
-		}
-		pthread_mutex_unlock(&mu);
-		return;
-	}
-	if (op == EPOLL_CTL_ADD && ev) {
-		if (nmembers == cap) {
-			size_t ncap = cap ? cap * 2 : 64;
-			struct member *m = realloc(members, ncap * sizeof(*m));
-			if (!m)
-				goto out;
-			members = m;
-			cap = ncap;
-		}
-		members[nmembers++] = (struct member){ epfd, fd, ev->events, ev->data.u64, 0, 0 };
-	}
-out:
-	pthread_mutex_unlock(&mu);
-}
-
-void dsock_epoll_forget_range(unsigned first, unsigned last)
-{
-	if (!__atomic_load_n(&nmembers, __ATOMIC_RELAXED))
-		return;
-	pthread_mutex_lock(&mu);
-	for (size_t i = 0; i < nmembers;) {
-		unsigned fd = (unsigned)members[i].fd, ep = (unsigned)members[i].epfd;
-		if ((fd >= first && fd <= last) || (ep >= first && ep <= last))
-			members[i] = members[--nmembers];
-		else
-			i++;
-	}
-	pthread_mutex_unlock(&mu);
-}
-
-void dsock_epoll_forget_fd(int fd)
-{
-	if (fd >= 0)
-		dsock_epoll_forget_range((unsigned)fd, (unsigned)fd);
-}
-
-/* Hidden-readable members of epfd (one level of nesting), as events. */
-static int hidden_events(int epfd, struct epoll_event *out, int max, int depth)
-{
-	int n = 0;
-
-	pthread_mutex_lock(&mu);
-	for (size_t i = 0; i < nmembers && n < max; i++) {
-		struct member *m = &members[i];
-		struct epoll_event tmp;
-		if (m->epfd != epfd || m->disarmed || !(m->events & EPOLLIN))
-			continue;
-		if (!hidden(m->fd, (m->events & EPOLLET) ? &m->mark : NULL)) {
-			int inner = 0;
-			/* a socket is never an epoll set: only other fds may nest */
-			if (depth == 0 && !dsock_fdt_peek(m->fd)) {
-				pthread_mutex_unlock(&mu);
-				inner = hidden_events(m->fd, &tmp, 1, 1);
-				pthread_mutex_lock(&mu);
-				if (i >= nmembers || members[i].fd != m->fd)
-					continue;
-			}
-			if (!inner)
-				continue;
-		}
-		out[n].events = EPOLLIN;
-		out[n].data.u64 = m->data;
-		if (m->events & EPOLLONESHOT)
-			m->disarmed = 1;
-		n++;
-	}
-	pthread_mutex_unlock(&mu);
-	return n;
-}
-
 /* Drops the IN of events that are only stale tokens; returns how many
  * events remain. */
 static int filter_spurious(int epfd, struct epoll_event *ev, int n)
@@ -235,7 +78,7 @@ static int filter_spurious(int epfd, struct epoll_event *ev, int n)
 	int kept = 0;
 
 	for (int i = 0; i < n; i++) {
-		if ((ev[i].events & EPOLLIN) && spurious_in(member_fd(epfd, ev[i].data.u64))) {
+		if ((ev[i].events & EPOLLIN) && spurious_in(dsock_epset_member_fd(epfd, ev[i].data.u64))) {
 			ev[i].events &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
 			if (!ev[i].events)
 				continue;
@@ -252,7 +95,7 @@ static int epoll_now(int epfd, struct epoll_event *ev, int max)
 	int n, extra = 0;
 
 	if (atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0)
-		extra = hidden_events(epfd, hid, max < 64 ? max : 64, 0);
+		extra = dsock_epset_hidden(epfd, hid, max < 64 ? max : 64, 0);
 	n = dsock_real.epoll_wait(epfd, ev, max, 0);
 	if (n < 0)
 		return -errno;

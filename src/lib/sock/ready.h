@@ -23,7 +23,8 @@ extern _Atomic long dsock_fastpath_conns;
  * waiting on sockets: while > 0 no receiver keeps a lingering lease. */
 extern _Atomic int dsock_sleepers;
 
-void dsock_hidden_set(int *flag, int on);
+struct dsock_sock;
+void dsock_hidden_set(struct dsock_sock *s, int *flag, int on);
 
 /* Spinning politely.  A spinner that never blocks starves the other
  * processes when there are more runnable threads than CPUs (4 ping-pong

@@ -94,7 +94,7 @@ void shm_to_kernel(struct dsock_sock *s, unsigned reason)
 	if (c && (c->state == SC_PENDING || c->state == SC_OFFER_DUE))
 		unlink_pending(c);
 	if (c)
-		dsock_hidden_set(&c->unbacked, 0);
+		dsock_hidden_set(c->sock, &c->unbacked, 0);
 	dsock_ctl_sock_event(s, 0 /* fd unknown here */, s->ev ? s->ev : DSOCK_EV_CONNECT);
 }
 
@@ -370,7 +370,7 @@ void shm_release(struct dsock_sock *s)
 		shm_linger_forget(c);
 		atomic_fetch_sub(&dsock_fastpath_conns, 1);
 	}
-	dsock_hidden_set(&c->unbacked, 0);
+	dsock_hidden_set(c->sock, &c->unbacked, 0);
 	held_remove(c); /* before the unmap: a fork may be counting */
 	if (c->h) {
 		if (c->me->attached != DSOCK_ATT_ATTACHED)
@@ -394,12 +394,14 @@ int shm_reset(struct dsock_sock *s, int fd, unsigned reason)
 
 	/* connect(AF_UNSPEC) aborts the connection as the kernel does on an
 	 * RST: it sends one, empties the receive queue (whose wake-up tokens
-	 * nobody must read as data) and leaves ECONNRESET for the next call */
+	 * nobody must read as data) and leaves ECONNRESET for the next call;
+	 * the shutdown then makes later reads end (0) and poll say readable
+	 * and hung up, as after a received RST, rather than ENOTCONN */
 	if (dsock_real.connect(fd, &sa, sizeof(sa)) < 0) {
 		struct linger lg = { 1, 0 };
 		dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-		dsock_real.shutdown(fd, SHUT_RDWR);
 	}
+	dsock_real.shutdown(fd, SHUT_RDWR);
 	shm_to_kernel(s, reason);
 	return -ECONNRESET;
 }

@@ -368,7 +368,7 @@ static int rx_settle(struct shm_conn *c, int fd)
 	/* Data with no token behind it is hidden from the kernel's readiness.
 	 * After a drain, the flag cannot be trusted: a producer may have set it
 	 * again and its token gone down the drain with the others. */
-	dsock_hidden_set(&c->unbacked,
+	dsock_hidden_set(c->sock, &c->unbacked,
 			 avail > 0 && (drained || !__atomic_load_n(&c->rx->token, __ATOMIC_ACQUIRE)));
 	return k;
 }
@@ -405,7 +405,7 @@ static int rx_leave(struct shm_conn *c, int fd)
 				return k;
 		}
 		/* pollers of ours look at the ring from now on */
-		dsock_hidden_set(&c->unbacked, 1);
+		dsock_hidden_set(c->sock, &c->unbacked, 1);
 		if (!c->lingering) {
 			pthread_mutex_lock(&linger_mu);
 			if (nlinger == linger_cap) {
@@ -446,7 +446,7 @@ void shm_settle_lingering(void)
 			continue;
 		}
 		hot(c, 0);
-		dsock_hidden_set(&c->unbacked, rx_avail(c, &head) != 0);
+		dsock_hidden_set(c->sock, &c->unbacked, rx_avail(c, &head) != 0);
 		c->lingering = 0;
 		shm_unlock(&c->rx->rx_lock);
 	}
@@ -1093,7 +1093,7 @@ int shm_spurious_in(struct dsock_sock *s, int fd)
 		/* data came in meanwhile, and its token may have gone down the
 		 * drain: the kernel no longer shows it, our pollers must */
 		if (avail > 0)
-			dsock_hidden_set(&c->unbacked, 1);
+			dsock_hidden_set(c->sock, &c->unbacked, 1);
 	} else {
 		n = 0; /* EOF or error: real */
 	}

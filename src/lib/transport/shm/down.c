@@ -200,7 +200,7 @@ int shm_down_step(struct dsock_sock *s, int fd)
 	    __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) == &dsock_shm_transport) {
 		/* both directions plain: this process leaves the transport */
 		shm_linger_forget(c);
-		dsock_hidden_set(&c->unbacked, 0);
+		dsock_hidden_set(c->sock, &c->unbacked, 0);
 		shm_to_kernel(s, DSOCK_R_HANDED_OVER);
 	}
 	return 0;
@@ -273,7 +273,7 @@ int shm_handover(struct dsock_sock *s, int fd)
 	shm_unlock(&c->rx->rx_lock);
 	if (r < 0)
 		return handover_failed(s, fd, strerror(-r));
-	dsock_hidden_set(&c->unbacked, 0);
+	dsock_hidden_set(c->sock, &c->unbacked, 0);
 	return 0;
 }
 
@@ -288,7 +288,7 @@ ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 
 		if (shm_lock(&c->rx->rx_lock))
 			return shm_fault(s, fd, "lock held forever");
-		dsock_hidden_set(&c->unbacked, 0);
+		dsock_hidden_set(c->sock, &c->unbacked, 0);
 		if (rx_plain(c)) {
 			shm_unlock(&c->rx->rx_lock);
 			shm_down_step(s, fd);

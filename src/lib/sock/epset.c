@@ -1,0 +1,363 @@
+/* What dsock's epoll wrapper must know about epoll sets: which fd each
+ * registration (epoll set, data) names, and which registered sockets hold
+ * data the kernel does not show (hidden readable).  Indexed, so the cost of
+ * a wait, an event or a close does not grow with the number of
+ * registrations: members hang in hash chains by fd, by (epoll set, data)
+ * and by socket, and the hidden-readable sockets are a short list of their
+ * own (a wait walks that list, not the members). */
+#include "lib/sock/epset.h"
+#include "lib/sock/ready.h"
+#include "lib/sock/sock.h"
+#include "lib/transport/transport.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BUCKETS 4096u /* per index; chains stay short up to ~100k members */
+
+struct member {
+	int epfd, fd;
+	unsigned events;
+	uint64_t data;
+	int disarmed;               /* EPOLLONESHOT reported by us */
+	uint64_t mark;              /* EPOLLET: the arrival count last reported */
+	struct dsock_sock *sock;    /* the socket at registration; NULL: an epoll set */
+	/* chains: every member, by fd, by (epfd, data), by socket */
+	struct member *next[4], **pprev[4];
+};
+
+enum { ALL, BY_FD, BY_DATA, BY_SOCK };
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct member *all;
+static struct member **heads[4]; /* [ALL] unused: all is the head */
+static _Atomic size_t nmembers;
+/* the epoll sets that have members, and how many (a close of one of them
+ * drops its members) */
+static struct {
+	int epfd;
+	size_t n;
+} *sets;
+static size_t nsets, sets_cap;
+static int sets_lost; /* out of memory once: every close scans */
+
+static void set_count(int epfd, int delta)
+{
+	size_t i;
+
+	for (i = 0; i < nsets && sets[i].epfd != epfd; i++)
+		;
+	if (i == nsets) {
+		if (delta < 0)
+			return;
+		if (nsets == sets_cap) {
+			size_t ncap = sets_cap ? sets_cap * 2 : 8;
+			void *n = realloc(sets, ncap * sizeof(*sets));
+			if (!n) {
+				sets_lost = 1;
+				return;
+			}
+			sets = n;
+			sets_cap = ncap;
+		}
+		sets[nsets].epfd = epfd;
+		sets[nsets++].n = 0;
+	}
+	sets[i].n += (size_t)delta;
+	if (sets[i].n == 0)
+		sets[i] = sets[--nsets];
+}
+
+static size_t h_fd(int fd)
+{
+	return (unsigned)fd & (BUCKETS - 1);
+}
+
+static size_t h_data(int epfd, uint64_t data)
+{
+	uint64_t x = data * 0x9e3779b97f4a7c15ull ^ (uint64_t)(unsigned)epfd * 0xc2b2ae3d27d4eb4full;
+	return (size_t)(x >> 40) & (BUCKETS - 1);
+}
+
+static size_t h_sock(const struct dsock_sock *s)
+{
+	return (size_t)(((uintptr_t)s >> 6) * 0x9e3779b97f4a7c15ull >> 40) & (BUCKETS - 1);
+}
+
+static struct member **head_of(int k, const struct member *m)
+{
+	return k == ALL ? &all : &heads[k][k == BY_FD ? h_fd(m->fd) : k == BY_DATA ? h_data(m->epfd, m->data) : h_sock(m->sock)];
+}
+
+static void link_in(struct member *m, int k)
+{
+	struct member **h = head_of(k, m);
+	m->next[k] = *h;
+	if (*h)
+		(*h)->pprev[k] = &m->next[k];
+	*h = m;
+	m->pprev[k] = h;
+}
+
+static void link_out(struct member *m, int k)
+{
+	*m->pprev[k] = m->next[k];
+	if (m->next[k])
+		m->next[k]->pprev[k] = m->pprev[k];
+}
+
+static void drop(struct member *m)
+{
+	for (int k = 0; k < 4; k++)
+		link_out(m, k);
+	set_count(m->epfd, -1);
+	atomic_fetch_sub(&nmembers, 1);
+	free(m);
+}
+
+/* ---- hidden-readable sockets ---------------------------------------------- */
+static pthread_mutex_t hid_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct dsock_sock **hid;
+static size_t nhid, hid_cap;
+
+void dsock_hidden_set(struct dsock_sock *s, int *flag, int on)
+{
+	/* an exchange: two threads setting it at once count it once (the
+	 * process-wide count must return to 0, or every poll stops sleeping) */
+	if (__atomic_load_n(flag, __ATOMIC_RELAXED) == on)
+		return;
+	if (__atomic_exchange_n(flag, on, __ATOMIC_ACQ_REL) == on)
+		return;
+	pthread_mutex_lock(&hid_mu);
+	if (on) {
+		if (nhid == hid_cap) {
+			size_t ncap = hid_cap ? hid_cap * 2 : 64;
+			struct dsock_sock **n = realloc(hid, ncap * sizeof(*n));
+			if (n) {
+				hid = n;
+				hid_cap = ncap;
+			}
+		}
+		if (nhid < hid_cap)
+			hid[nhid++] = s;
+	} else {
+		for (size_t i = 0; i < nhid; i++)
+			if (hid[i] == s) {
+				hid[i] = hid[--nhid];
+				break;
+			}
+	}
+	pthread_mutex_unlock(&hid_mu);
+	atomic_fetch_add(&dsock_hidden_readable, on ? 1 : -1);
+}
+
+/* 1 if s's data is readable but the kernel may not say so.  For an
+ * edge-triggered member (*mark not NULL) only once per arrival: *mark is
+ * the arrival count last reported. */
+static int sock_hidden(struct dsock_sock *s, uint64_t *mark)
+{
+	const struct dsock_transport *tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
+	int r;
+
+	if (!tp || !tp->hidden_readable)
+		return 0;
+	r = tp->hidden_readable(s);
+	if (r && mark && tp->rx_mark) {
+		uint64_t now = tp->rx_mark(s);
+		r = now != *mark;
+		*mark = now;
+	}
+	return r;
+}
+
+/* ---- registrations ---------------------------------------------------------- */
+static struct member *find(int epfd, int fd)
+{
+	for (struct member *m = heads[BY_FD] ? heads[BY_FD][h_fd(fd)] : NULL; m; m = m->next[BY_FD])
+		if (m->fd == fd && m->epfd == epfd)
+			return m;
+	return NULL;
+}
+
+void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev)
+{
+	struct dsock_sock *s = dsock_fdt_peek(fd);
+	struct member *m;
+
+	/* only sockets a transport may own, and epoll sets (nesting) */
+	if (op == EPOLL_CTL_ADD && !s && !dsock_fdt_peek(epfd))
+		return;
+	pthread_mutex_lock(&mu);
+	if ((m = find(epfd, fd))) {
+		if (op == EPOLL_CTL_DEL) {
+			drop(m);
+		} else if (ev) {
+			link_out(m, BY_DATA);
+			m->events = ev->events;
+			m->data = ev->data.u64;
+			m->disarmed = 0;
+			m->mark = 0; /* MOD reports data already there */
+			link_in(m, BY_DATA);
+		}
+	} else if (op == EPOLL_CTL_ADD && ev) {
+		if (!heads[BY_FD]) {
+			for (int k = BY_FD; k <= BY_SOCK; k++)
+				heads[k] = calloc(BUCKETS, sizeof(struct member *));
+			if (!heads[BY_FD] || !heads[BY_DATA] || !heads[BY_SOCK]) {
+				for (int k = BY_FD; k <= BY_SOCK; k++) {
+					free(heads[k]);
+					heads[k] = NULL;
+				}
+				goto out;
+			}
+		}
+		m = calloc(1, sizeof(*m));
+		if (!m)
+			goto out;
+		*m = (struct member){ .epfd = epfd, .fd = fd, .events = ev->events, .data = ev->data.u64, .sock = s };
+		for (int k = 0; k < 4; k++)
+			link_in(m, k);
+		set_count(epfd, 1);
+		atomic_fetch_add(&nmembers, 1);
+	}
+out:
+	pthread_mutex_unlock(&mu);
+}
+
+void dsock_epoll_forget_range(unsigned first, unsigned last)
+{
+	int a_set = sets_lost;
+
+	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nsets; i++)
+		a_set |= (unsigned)sets[i].epfd >= first && (unsigned)sets[i].epfd <= last;
+	if (first == last && !a_set) {
+		/* one fd that is no epoll set: its own chain */
+		for (struct member *m = heads[BY_FD][h_fd((int)first)], *n; m; m = n) {
+			n = m->next[BY_FD];
+			if ((unsigned)m->fd == first)
+				drop(m);
+		}
+	} else {
+		for (struct member *m = all, *n; m; m = n) {
+			n = m->next[ALL];
+			unsigned fd = (unsigned)m->fd, ep = (unsigned)m->epfd;
+			if ((fd >= first && fd <= last) || (ep >= first && ep <= last))
+				drop(m);
+		}
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+void dsock_epoll_forget_fd(int fd)
+{
+	if (fd >= 0)
+		dsock_epoll_forget_range((unsigned)fd, (unsigned)fd);
+}
+
+int dsock_epset_member_fd(int epfd, uint64_t data)
+{
+	int fd = -1;
+
+	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
+		return -1;
+	pthread_mutex_lock(&mu);
+	for (struct member *m = heads[BY_DATA][h_data(epfd, data)]; m; m = m->next[BY_DATA]) {
+		if (m->epfd != epfd || m->data != data)
+			continue;
+		if (fd >= 0) {
+			fd = -1; /* two members share the data: we cannot tell */
+			break;
+		}
+		fd = m->fd;
+	}
+	pthread_mutex_unlock(&mu);
+	return fd;
+}
+
+/* Reports member m (mu held). */
+static int emit(struct member *m, struct epoll_event *out)
+{
+	out->events = EPOLLIN;
+	out->data.u64 = m->data;
+	if (m->events & EPOLLONESHOT)
+		m->disarmed = 1;
+	return 1;
+}
+
+int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int depth)
+{
+	int n = 0;
+
+	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
+		return 0;
+	pthread_mutex_lock(&mu);
+	/* the hidden-readable sockets (a few), and their members in epfd */
+	pthread_mutex_lock(&hid_mu);
+	for (size_t i = 0; i < nhid && n < max; i++) {
+		struct dsock_sock *s = hid[i];
+		for (struct member *m = heads[BY_SOCK][h_sock(s)]; m && n < max; m = m->next[BY_SOCK]) {
+			if (m->sock != s || m->epfd != epfd || m->disarmed || !(m->events & EPOLLIN))
+				continue;
+			/* the socket must still be the one at that fd */
+			if (dsock_fdt_peek(m->fd) != s ||
+			    !sock_hidden(s, (m->events & EPOLLET) ? &m->mark : NULL))
+				continue;
+			n += emit(m, &out[n]);
+		}
+	}
+	pthread_mutex_unlock(&hid_mu);
+	/* epoll sets nested in epfd (one level): hidden data inside counts */
+	if (depth == 0) {
+		/* (they have no socket: all in the chain of NULL) */
+		for (struct member *m = heads[BY_SOCK][h_sock(NULL)]; m && n < max; m = m->next[BY_SOCK]) {
+			struct epoll_event tmp;
+			if (m->epfd != epfd || m->sock || m->disarmed || !(m->events & EPOLLIN))
+				continue;
+			if (dsock_epset_hidden_nested(m->fd, &tmp))
+				n += emit(m, &out[n]);
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	return n;
+}
+
+/* One level down (mu held): is anything of set epfd hidden readable? */
+int dsock_epset_hidden_nested(int epfd, struct epoll_event *out)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&hid_mu);
+	for (size_t i = 0; i < nhid && !n; i++) {
+		struct dsock_sock *s = hid[i];
+		for (struct member *m = heads[BY_SOCK][h_sock(s)]; m && !n; m = m->next[BY_SOCK])
+			if (m->sock == s && m->epfd == epfd && !m->disarmed && (m->events & EPOLLIN) &&
+			    dsock_fdt_peek(m->fd) == s && sock_hidden(s, (m->events & EPOLLET) ? &m->mark : NULL))
+				n = emit(m, out);
+	}
+	pthread_mutex_unlock(&hid_mu);
+	return n;
+}
+
+/* fork: the lists must not be caught half-changed by another thread */
+void dsock_epset_fork_prepare(void)
+{
+	pthread_mutex_lock(&mu);
+	pthread_mutex_lock(&hid_mu);
+}
+
+void dsock_epset_fork_parent(void)
+{
+	pthread_mutex_unlock(&hid_mu);
+	pthread_mutex_unlock(&mu);
+}
+
+void dsock_epset_fork_child(void)
+{
+	pthread_mutex_init(&hid_mu, NULL);
+	pthread_mutex_init(&mu, NULL);
+}
