@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole default test run (about 4 minutes here):
+# The whole default test run (about 5 minutes here):
 #   unit tests, plain, under ASan+UBSan and under TSan (the threaded
 #   fast-path test among them); the export list; the conformance
 #   suite (every scenario natively and under dsock) and its harness
