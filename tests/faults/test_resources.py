@@ -27,7 +27,7 @@ results = []
 # prove), then ping-pongs; prints the outcome.  LIMIT sets the squeeze
 # after the pair exists and before the first byte (the offer goes then).
 PAIR = r'''
-import os, socket, sys, resource
+import os, socket, sys, resource, time
 how = sys.argv[1]
 l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(4)
 conns = []
@@ -45,6 +45,8 @@ elif how == "as":
 ok = True
 for c, s in conns:
     for i in range(300):
+        if i == 1:
+            time.sleep(0.05)   # the pairing (asynchronous) lands before the rest
         msg = bytes([i % 251]) * (1 + i % 200)
         c.sendall(msg)
         got = b""
