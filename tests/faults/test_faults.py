@@ -2,7 +2,8 @@
 """Faults on the fast path, end to end, with real processes under dsock:
 
   1. SIGKILL of the receiver in the middle of a transfer: the sender gets
-     EPIPE or ECONNRESET promptly;
+     EPIPE or ECONNRESET promptly (a blocking sender, and a nonblocking one
+     waiting in poll);
   2. SIGKILL of the sender: the receiver gets EOF or ECONNRESET promptly;
   3. dsockd killed under an established fast-path connection: it keeps
      working; a new connection falls back to the kernel (no-daemon); once a
@@ -154,6 +155,17 @@ for cmd in sys.stdin:
             print("flooding", flush=True)
             while True:
                 c.sendall(buf)
+        elif cmd[0] == "nbflood":     # the same, nonblocking, waiting in poll for POLLOUT
+            import select
+            c.setblocking(False); p = select.poll(); p.register(c, select.POLLOUT)
+            buf = b"x" * 65536
+            print("flooding", flush=True)
+            while True:
+                p.poll(100)
+                try:
+                    c.send(buf)
+                except BlockingIOError:
+                    pass
         elif cmd[0] == "pingpong":    # n echo round trips, checked
             for i in range(int(cmd[2])):
                 m = b"%08d" % i; c.sendall(m); got = b""
@@ -205,6 +217,20 @@ try:
           out[:1] == ["error"] and out[1] in ("EPIPE", "ECONNRESET"), out)
     if out[:1] == ["error"]:
         check("1. ... within 2 s", float(out[2]) - t_kill < 2.0, float(out[2]) - t_kill)
+    cli.kill()
+
+    # the same with a nonblocking sender waiting in poll: the dead receiver
+    # never said so in the ring (SIGKILL), only the kernel socket does
+    srv, cli, port = echo_pair()
+    check("1. (poll) connection on the fast path", on_shm(cli.pid), paths_of(cli.pid))
+    say(cli, "nbflood 0"); line(cli)
+    time.sleep(0.3)
+    os.kill(srv.pid, signal.SIGKILL)
+    t_kill = time.monotonic()
+    out = line(cli, 10).split()
+    check("1. (poll) SIGKILL of the receiver: a nonblocking sender in poll gets EPIPE/ECONNRESET within 2 s",
+          out[:1] == ["error"] and out[1] in ("EPIPE", "ECONNRESET") and float(out[2]) - t_kill < 2.0,
+          out + [t_kill])
     cli.kill()
 
     # ---- 2. SIGKILL the sender -------------------------------------------------

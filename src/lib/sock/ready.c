@@ -251,9 +251,10 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 			k[i] = fds[i];
 			view[i] = fds[i].fd >= 0 ? transport_view(fds[i].fd, fds[i].events) : 0;
 			hidden_in |= view[i] & 1;
-			/* waiting for space: the consumer's token makes it readable */
+			/* waiting for space: the consumer's token makes it readable;
+			 * a consumer that is gone shows as the kernel's FIN or error */
 			if (view[i] & 2)
-				k[i].events = (short)((k[i].events & ~(POLLOUT | POLLWRNORM)) | POLLIN);
+				k[i].events = (short)((k[i].events & ~(POLLOUT | POLLWRNORM)) | POLLIN | POLLRDHUP);
 		}
 		left = hidden_in ? 0 : end == INT64_MAX ? -1 : end - mono_ms();
 		if (left < 0 && end != INT64_MAX)
@@ -273,10 +274,15 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 		for (nfds_t i = 0; i < n; i++) {
 			short ev = k[i].revents;
 			if (view[i] & 2) {
-				/* our own IN; keep it only if asked for and there */
+				/* our own IN and RDHUP; keep them only if asked for */
 				if (!(fds[i].events & POLLIN))
 					ev &= (short)~POLLIN;
-				if (!transport_view(fds[i].fd, fds[i].events & (POLLOUT | POLLWRNORM)))
+				if (!(fds[i].events & POLLRDHUP))
+					ev &= (short)~POLLRDHUP;
+				/* writable once there is space, or once the peer is
+				 * gone (the send then says how, as the kernel's would) */
+				if ((k[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) ||
+				    !transport_view(fds[i].fd, fds[i].events & (POLLOUT | POLLWRNORM)))
 					ev |= (short)(fds[i].events & (POLLOUT | POLLWRNORM));
 			}
 			if (view[i] & 1)

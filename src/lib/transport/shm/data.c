@@ -535,6 +535,28 @@ static int peer_closed_probe(int fd, int flags)
 	return r < 0 && errno != EAGAIN ? -errno : 0;
 }
 
+/* A nonblocking send finds the ring full (tx lock held): EAGAIN, unless
+ * the kernel socket says the consumer is gone.  A holder that ended with
+ * _exit never said so in the ring (docs/ARCHITECTURE.md, known limits), and
+ * a writer waiting for space it will never get spun forever (the soak's
+ * stuck helper).  So: after an error or hang-up the kernel's verdict; after
+ * the peer's FIN, a token probes (a living half-closed peer drains it; a
+ * dead one answers with the RST that ends the next send). */
+static int peer_gone_probe(struct shm_conn *c, int fd, int flags)
+{
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+
+	if (dsock_real.poll(&p, 1, 0) <= 0)
+		return -EAGAIN;
+	if (p.revents & (POLLERR | POLLHUP))
+		return peer_closed_probe(fd, flags) ?: -EPIPE;
+	if ((p.revents & POLLRDHUP) && !__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
+		char t = 0;
+		dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+	}
+	return -EAGAIN;
+}
+
 static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
 static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
 
@@ -633,7 +655,7 @@ again:
 					continue;
 				}
 				if (!done)
-					err = -EAGAIN;
+					err = peer_gone_probe(c, fd, flags);
 				break;
 			}
 			shm_unlock(&c->tx->tx_lock);
