@@ -31,8 +31,6 @@
 #define RING 65536u
 #define STREAM (4L << 20) /* bytes each way */
 
-extern char **environ;
-
 static unsigned char pat(long i, int dir)
 {
 	return (unsigned char)(i * 131 + (i >> 9) + dir * 77);
@@ -251,16 +249,7 @@ int main(int argc, char **argv)
 	struct conn k1, k2, k3;
 	int lfd;
 
-	/* the library reads its settings at load: no daemon, no offers of our
-	 * own (raw exec: the libc wrapper is interposed by the linked library) */
-	if (!getenv("TEST_SHM_THREADS_CHILD")) {
-		setenv("TEST_SHM_THREADS_CHILD", "1", 1);
-		setenv("DSOCK_FASTPATH", "0", 1);
-		setenv("DSOCK_SOCKET", "/nonexistent/dsockd.sock", 1);
-		setenv("DSOCK_LOG", "error", 1);
-		syscall(SYS_execve, "/proc/self/exe", argv, environ);
-		return 1;
-	}
+	unit_isolate(argv, "TEST_SHM_THREADS_CHILD");
 	(void)argc;
 	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&la, sizeof(la)) < 0 || listen(lfd, 8) < 0 ||

@@ -289,14 +289,12 @@ static int emit(struct member *m, struct epoll_event *out)
 	return 1;
 }
 
-int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int depth)
+/* Members of set epfd whose socket is hidden readable, as events (mu
+ * held): the hidden-readable sockets are few, and each names its members. */
+static int hidden_in_set(int epfd, struct epoll_event *out, int max)
 {
 	int n = 0;
 
-	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
-		return 0;
-	pthread_mutex_lock(&mu);
-	/* the hidden-readable sockets (a few), and their members in epfd */
 	pthread_mutex_lock(&hid_mu);
 	for (size_t i = 0; i < nhid && n < max; i++) {
 		struct dsock_sock *s = hid[i];
@@ -311,35 +309,27 @@ int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int depth)
 		}
 	}
 	pthread_mutex_unlock(&hid_mu);
-	/* epoll sets nested in epfd (one level): hidden data inside counts */
-	if (depth == 0) {
-		/* (they have no socket: all in the chain of NULL) */
-		for (struct member *m = heads[BY_SOCK][h_sock(NULL)]; m && n < max; m = m->next[BY_SOCK]) {
-			struct epoll_event tmp;
-			if (m->epfd != epfd || m->sock || m->disarmed || !(m->events & EPOLLIN))
-				continue;
-			if (dsock_epset_hidden_nested(m->fd, &tmp))
-				n += emit(m, &out[n]);
-		}
-	}
-	pthread_mutex_unlock(&mu);
 	return n;
 }
 
-/* One level down (mu held): is anything of set epfd hidden readable? */
-int dsock_epset_hidden_nested(int epfd, struct epoll_event *out)
+int dsock_epset_hidden(int epfd, struct epoll_event *out, int max)
 {
-	int n = 0;
+	int n;
 
-	pthread_mutex_lock(&hid_mu);
-	for (size_t i = 0; i < nhid && !n; i++) {
-		struct dsock_sock *s = hid[i];
-		for (struct member *m = heads[BY_SOCK][h_sock(s)]; m && !n; m = m->next[BY_SOCK])
-			if (m->sock == s && m->epfd == epfd && !m->disarmed && (m->events & EPOLLIN) &&
-			    dsock_fdt_peek(m->fd) == s && sock_hidden(s, (m->events & EPOLLET) ? &m->mark : NULL))
-				n = emit(m, out);
+	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
+		return 0;
+	pthread_mutex_lock(&mu);
+	n = hidden_in_set(epfd, out, max);
+	/* epoll sets nested in epfd (one level): hidden data inside counts;
+	 * they have no socket, so all hang in the chain of NULL */
+	for (struct member *m = heads[BY_SOCK][h_sock(NULL)]; m && n < max; m = m->next[BY_SOCK]) {
+		struct epoll_event tmp;
+		if (m->epfd != epfd || m->sock || m->disarmed || !(m->events & EPOLLIN))
+			continue;
+		if (hidden_in_set(m->fd, &tmp, 1))
+			n += emit(m, &out[n]);
 	}
-	pthread_mutex_unlock(&hid_mu);
+	pthread_mutex_unlock(&mu);
 	return n;
 }
 

@@ -9,11 +9,10 @@
 /* The fd a registration of epfd with this data names; -1 when none, or
  * when two registrations of the set share the data (we cannot tell). */
 int dsock_epset_member_fd(int epfd, uint64_t data);
-/* Members of epfd whose socket is hidden readable (and, at depth 0, epoll
- * sets nested in it that hold one), as EPOLLIN events; ONESHOT members are
+/* Members of epfd whose socket is hidden readable (and epoll sets nested
+ * in it, one level, that hold one), as EPOLLIN events; ONESHOT members are
  * disarmed, EPOLLET ones reported once per arrival. */
-int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int depth);
-int dsock_epset_hidden_nested(int epfd, struct epoll_event *out);
+int dsock_epset_hidden(int epfd, struct epoll_event *out, int max);
 void dsock_epset_fork_prepare(void);
 void dsock_epset_fork_parent(void);
 void dsock_epset_fork_child(void);

@@ -95,7 +95,7 @@ static int epoll_now(int epfd, struct epoll_event *ev, int max)
 	int n, extra = 0;
 
 	if (atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0)
-		extra = dsock_epset_hidden(epfd, hid, max < 64 ? max : 64, 0);
+		extra = dsock_epset_hidden(epfd, hid, max < 64 ? max : 64);
 	n = dsock_real.epoll_wait(epfd, ev, max, 0);
 	if (n < 0)
 		return -errno;

@@ -39,6 +39,16 @@ static int my_tid(void)
 	return tid;
 }
 
+int shm_reap_dead_holder(uint32_t *w)
+{
+	uint32_t cur = __atomic_load_n(w, __ATOMIC_RELAXED);
+
+	if (!cur || (cur <= (uint32_t)INT_MAX && !(kill((pid_t)cur, 0) < 0 && errno == ESRCH)))
+		return 0;
+	__atomic_compare_exchange_n(w, &cur, 0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+	return 1;
+}
+
 /* A lock word in shared memory, held by a thread id; a holder that died is
  * detected and its lock taken over.  Bounded: a lock a hostile peer holds
  * forever faults the connection instead of hanging us. */
@@ -53,10 +63,8 @@ int shm_lock(uint32_t *w)
 		if (cur == me)
 			return -EDEADLK; /* a signal handler re-entered us */
 		if ((i & 1023) == 1023) {
-			if (cur > (uint32_t)INT_MAX || (kill((pid_t)cur, 0) < 0 && errno == ESRCH)) {
-				__atomic_compare_exchange_n(w, &cur, 0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+			if (shm_reap_dead_holder(w))
 				continue;
-			}
 			if (i > (1L << 24))
 				return -EDEADLK;
 			sched_yield();
@@ -492,6 +500,31 @@ static int nonblocking(struct dsock_sock *s, int fd, int flags)
 	return (dsock_real.fcntl(fd, F_GETFL) & O_NONBLOCK) != 0;
 }
 
+/* A writer waiting for ring space asks the kernel socket whether the
+ * consumer is gone: it may never say so in the ring (a holder that ended
+ * with _exit or a signal: docs/ARCHITECTURE.md, known limits).  1 after an
+ * error or hang-up.  After the consumer's FIN a token probes, under the tx
+ * lock (a downgrade counts our kernel bytes there; `locked`: the caller
+ * holds it): a living half-closed peer just drains it, a dead one answers
+ * with the RST that the next look sees.  0 otherwise. */
+static int consumer_gone(struct shm_conn *c, int fd, int locked)
+{
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+
+	if (dsock_real.poll(&p, 1, 0) <= 0)
+		return 0;
+	if (p.revents & (POLLERR | POLLHUP))
+		return 1;
+	if ((p.revents & POLLRDHUP) && (locked || shm_trylock(&c->tx->tx_lock))) {
+		char t = 0;
+		if (!__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
+			dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (!locked)
+			shm_unlock(&c->tx->tx_lock);
+	}
+	return 0;
+}
+
 /* Blocks until the tx ring has space or the connection ends.  Returns 0 to
  * retry, or -errno. */
 static int wait_space(struct shm_conn *c, int fd)
@@ -499,7 +532,6 @@ static int wait_space(struct shm_conn *c, int fd)
 	uint32_t seq = __atomic_load_n(&c->tx->space_seq, __ATOMIC_ACQUIRE);
 	struct timespec slice = { 0, 5 * 1000 * 1000 };
 	uint64_t tail;
-	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
 
 	__atomic_store_n(&c->tx->tx_waiting, 1, __ATOMIC_SEQ_CST);
 	if (tx_space(c, &tail) != 0 || shm_down_any(c))
@@ -507,22 +539,9 @@ static int wait_space(struct shm_conn *c, int fd)
 	/* not FUTEX_PRIVATE: the word is shared with the other process */
 	if (syscall(SYS_futex, &c->tx->space_seq, FUTEX_WAIT, seq, &slice, NULL, 0) < 0 && errno == EINTR)
 		return -EINTR;
-	/* the consumer may be gone: the kernel socket says so.  A peer killed
-	 * while its receive queue was empty sent a FIN, not an RST, and we send
-	 * nothing on the kernel that would draw the RST: after a FIN, a token
-	 * probes (a half-closed but living peer just drains it) */
-	if (dsock_real.poll(&p, 1, 0) > 0) {
-		if (p.revents & (POLLERR | POLLHUP))
-			return -EPIPE;
-		/* (under the tx lock: a downgrade counts our kernel bytes there) */
-		if ((p.revents & POLLRDHUP) && shm_trylock(&c->tx->tx_lock)) {
-			char t = 0;
-			if (!__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
-				dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-			shm_unlock(&c->tx->tx_lock);
-		}
-	}
-	return 0;
+	/* the consumer may be gone (a peer killed with an empty receive queue
+	 * sent a FIN, not an RST, and only the probe draws the RST) */
+	return consumer_gone(c, fd, 0) ? -EPIPE : 0;
 }
 
 /* The kernel's verdict for a send on a connection whose peer is closing:
@@ -533,28 +552,6 @@ static int peer_closed_probe(int fd, int flags)
 	char t = 0;
 	ssize_t r = dsock_real.send(fd, &t, 1, MSG_DONTWAIT | (flags & MSG_NOSIGNAL));
 	return r < 0 && errno != EAGAIN ? -errno : 0;
-}
-
-/* A nonblocking send finds the ring full (tx lock held): EAGAIN, unless
- * the kernel socket says the consumer is gone.  A holder that ended with
- * _exit never said so in the ring (docs/ARCHITECTURE.md, known limits), and
- * a writer waiting for space it will never get spun forever (the soak's
- * stuck helper).  So: after an error or hang-up the kernel's verdict; after
- * the peer's FIN, a token probes (a living half-closed peer drains it; a
- * dead one answers with the RST that ends the next send). */
-static int peer_gone_probe(struct shm_conn *c, int fd, int flags)
-{
-	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
-
-	if (dsock_real.poll(&p, 1, 0) <= 0)
-		return -EAGAIN;
-	if (p.revents & (POLLERR | POLLHUP))
-		return peer_closed_probe(fd, flags) ?: -EPIPE;
-	if ((p.revents & POLLRDHUP) && !__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
-		char t = 0;
-		dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-	}
-	return -EAGAIN;
 }
 
 static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
@@ -654,8 +651,12 @@ again:
 					announced = 1;
 					continue;
 				}
+				/* (the ring is full: is its consumer still there?
+				 * Without this a writer whose peer ended with _exit
+				 * waited forever: the soak's stuck helper) */
 				if (!done)
-					err = peer_gone_probe(c, fd, flags);
+					err = consumer_gone(c, fd, 1) ? peer_closed_probe(fd, flags) ?: -EPIPE
+								      : -EAGAIN;
 				break;
 			}
 			shm_unlock(&c->tx->tx_lock);
@@ -794,7 +795,7 @@ again:
 		if (d < 0)
 			return d;
 		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
-			return got ? (ssize_t)got : shm_recv_down(s, fd, m, flags);
+			return shm_recv_down(s, fd, m, flags); /* (nothing read yet here) */
 	}
 	if (shm_lock(&c->rx->rx_lock))
 		return shm_fault(s, fd, "lock held forever");

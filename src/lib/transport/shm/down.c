@@ -20,7 +20,6 @@
 #include <fcntl.h>
 #include <linux/sockios.h>
 #include <sched.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -38,13 +37,10 @@ static void nap(long ns)
  * hold their own and wait for the other's); a dead holder's is taken. */
 static int trylock_peer(uint32_t *w, int round)
 {
-	uint32_t cur;
-
 	if (shm_trylock(w))
 		return 1;
-	cur = __atomic_load_n(w, __ATOMIC_RELAXED);
-	if (round % 64 == 63 && cur && (cur > (uint32_t)INT32_MAX || (kill((pid_t)cur, 0) < 0 && errno == ESRCH)))
-		__atomic_compare_exchange_n(w, &cur, 0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+	if (round % 64 == 63)
+		shm_reap_dead_holder(w);
 	return 0;
 }
 

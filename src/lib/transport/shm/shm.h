@@ -142,6 +142,8 @@ int64_t shm_now_ns(void);
 /* Lock words in shared memory (tid-tagged; a dead holder's lock is taken
  * over; shm_lock gives up with -EDEADLK after ~0.2 s or on re-entry). */
 int shm_lock(uint32_t *w);
+/* Frees a lock word whose holder no longer exists; 1 if it did. */
+int shm_reap_dead_holder(uint32_t *w);
 int shm_trylock(uint32_t *w);
 void shm_unlock(uint32_t *w);
 /* Data bytes ever written to the kernel socket (tokens included once
