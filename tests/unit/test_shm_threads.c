@@ -8,10 +8,16 @@
  *
  * Then a lock word held by a living thread that never lets go: the
  * receiver gives up after its bounded spin and resets that connection
- * only; a second connection keeps working. */
+ * only; a second connection keeps working.
+ *
+ * Last, a hand-over (down.c) that lands while the peer spins in a blocking
+ * receive: the spinner drains the request's wake-up token as it spins, and
+ * must answer before it sleeps (a CI run caught the version that slept: the
+ * hand-over waited 2 s and reset the connection). */
 #include "unit/unit.h"
 #include "lib/sock/sock.h"
 #include "lib/transport/shm/shm.h"
+#include "lib/interpose/real.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -242,6 +248,75 @@ static void lock_held_forever(struct conn *bad, struct conn *good)
 	pthread_join(t, NULL);
 }
 
+/* ---- a hand-over while the peer spins ----------------------------------- */
+static atomic_int spin_ready;
+static char spin_got[8];
+static ssize_t spin_r;
+
+static void *spin_reader(void *arg)
+{
+	int fd = *(int *)arg;
+	size_t got = 0;
+
+	atomic_store(&spin_ready, 1);
+	while (got < 5) {
+		spin_r = recv(fd, spin_got + got, 5 - got, 0);
+		if (spin_r <= 0)
+			break;
+		got += (size_t)spin_r;
+	}
+	return NULL;
+}
+
+static long long mono_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static void handover_while_spinning(int lfd, struct sockaddr_in *la)
+{
+	unsigned seed = 7;
+	int rounds = 30, ok = 0;
+
+	for (int i = 0; i < rounds; i++) {
+		struct conn k;
+		pthread_t t;
+
+		make_conn(&k, lfd, la);
+		atomic_store(&spin_ready, 0);
+		memset(spin_got, 0, sizeof(spin_got));
+		pthread_create(&t, NULL, spin_reader, &k.b);
+		while (!atomic_load(&spin_ready))
+			;
+		/* into its spin (50 us), somewhere */
+		long long until = mono_ns() + 2000 + rand_r(&seed) % 30000;
+		while (mono_ns() < until)
+			;
+		struct dsock_sock *s = dsock_fdt_get(k.a);
+		long long t0 = mono_ns();
+		int r = s->tp->handover(s, k.a);
+		long long took = mono_ns() - t0;
+		dsock_sock_put(s);
+		/* the new holder writes on the kernel socket only */
+		ASSERT_EQ(dsock_real.send(k.a, "hello", 5, 0), 5);
+		pthread_join(t, NULL);
+		if (r || spin_r <= 0 || memcmp(spin_got, "hello", 5)) {
+			fprintf(stderr, "round %d: hand-over %d after %.3f s, reader got %zd '%.5s'\n", i, r,
+				took / 1e9, spin_r, spin_got);
+			unit_failures++;
+			break;
+		}
+		ok++;
+		close(k.a);
+		close(k.b);
+		close(k.memfd);
+		munmap(k.h, DSOCK_SHM_HDR + 2 * RING);
+	}
+	fprintf(stderr, "a hand-over while the peer spins: %d of %d rounds exact\n", ok, rounds);
+}
+
 int main(int argc, char **argv)
 {
 	struct sockaddr_in la = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -260,5 +335,6 @@ int main(int argc, char **argv)
 	make_conn(&k2, lfd, &la);
 	make_conn(&k3, lfd, &la);
 	lock_held_forever(&k2, &k3);
+	handover_while_spinning(lfd, &la);
 	UNIT_DONE();
 }

@@ -886,6 +886,14 @@ again:
 			if (rx_avail(c, &head) > 0)
 				continue;
 		}
+		if (shm_down_asked(c)) {
+			/* answered before any sleep: its token is gone */
+			if (got)
+				break;
+			hot(c, 0);
+			shm_unlock(&c->rx->rx_lock);
+			goto again;
+		}
 		if (nb < 0)
 			nb = nonblocking(s, fd, flags);
 		if (nb) {

@@ -174,6 +174,14 @@ static inline int shm_down_any(const struct shm_conn *c)
 	       __atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE) |
 	       __atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE);
 }
+/* The peer asks us to go back and we have not yet: a receiver waiting on
+ * the ring must answer (the request's wake-up token may be the one it just
+ * drained while spinning). */
+static inline int shm_down_asked(const struct shm_conn *c)
+{
+	return __atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE) &&
+	       !__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE);
+}
 /* Before a call (no shared lock held): answers the peer's request by
  * moving our sending back; leaves the transport once both directions are
  * plain.  0, or -ECONNRESET if the move failed (connection reset). */
