@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define DSOCK_SHM_MAGIC    0x52485344u /* "DSHR" */
-#define DSOCK_SHM_VERSION  3
+#define DSOCK_SHM_VERSION  4
 #define DSOCK_SHM_HDR      4096u
 #define DSOCK_RING_MIN     (4u << 10)
 #define DSOCK_RING_MAX     (64u << 20)
@@ -56,11 +56,15 @@ struct dsock_shm_side {
 
 /* Ring r carries data from side r to side 1 - r. */
 struct dsock_shm_ring {
-	/* producer's line */
+	/* producer's line: the consumer reads it on every look at the ring */
 	uint64_t tail;        /* bytes ever written */
 	uint32_t tx_waiting;  /* producer sleeps for space: consumer wakes it */
+	uint8_t pad0[DSOCK_CL - 12];
+	/* producer's lock line, apart: a lock word on the tail's line cost
+	 * each send a cache-line transfer for the lock and another for the
+	 * unlock (the consumer had read the line in between) */
 	uint32_t tx_lock;     /* tid holding the producer side (threads, fork) */
-	uint8_t pad0[DSOCK_CL - 16];
+	uint8_t pad4[DSOCK_CL - 4];
 	/* consumer's line */
 	uint64_t head;        /* bytes ever read */
 	uint32_t rx_lock;

@@ -648,6 +648,8 @@ void shm_before_close(struct dsock_sock *s, int fd)
 {
 	struct shm_conn *c = shm_conn(s);
 
-	if (c && atomic_load(&c->inflight) > 0 && c->kfd < 0)
+	/* a reference besides the fd table's: a call in flight (or a dup of
+	 * the fd; the copy then only outlives this fd) */
+	if (c && atomic_load(&s->ref) > 1 && c->kfd < 0)
 		atomic_store(&c->kfd, dsock_real.fcntl(fd, F_DUPFD_CLOEXEC, 3));
 }

@@ -557,28 +557,21 @@ static int peer_closed_probe(int fd, int flags)
 static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
 static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
 
-/* Every call counts itself in flight, and uses the private dup of the
- * socket once the application has closed its fd. */
+/* A call holds a reference on the socket (the fd table's own is the
+ * other): the close sees it and makes the private dup that the call then
+ * uses (shm_before_close).  No counter of our own: two more locked
+ * instructions per call cost about 10 % of a 14 B send. */
 ssize_t shm_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
 {
 	struct shm_conn *c = shm_conn(s);
-	ssize_t r;
+	int k = atomic_load_explicit(&c->kfd, memory_order_acquire);
 
-	atomic_fetch_add(&c->inflight, 1);
-	r = sendmsg_in(s, atomic_load(&c->kfd) >= 0 ? atomic_load(&c->kfd) : fd, m, flags);
-	atomic_fetch_sub(&c->inflight, 1);
-	return r;
+	return sendmsg_in(s, k >= 0 ? k : fd, m, flags);
 }
 
 ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 {
-	struct shm_conn *c = shm_conn(s);
-	ssize_t r;
-
-	atomic_fetch_add(&c->inflight, 1);
-	r = recvmsg_in(s, fd, m, flags);
-	atomic_fetch_sub(&c->inflight, 1);
-	return r;
+	return recvmsg_in(s, fd, m, flags);
 }
 
 static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)

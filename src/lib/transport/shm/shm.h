@@ -63,7 +63,6 @@ struct shm_conn {
 	_Atomic int kernel_rx_inflight; /* PENDING kernel reads in progress */
 	_Atomic int64_t pending_read; /* bytes PENDING reads consumed (one
 				       * process: a fork refuses the pairing) */
-	_Atomic int inflight; /* calls inside the transport now */
 	_Atomic int attaching; /* an attach is deciding: PENDING kernel reads wait */
 	_Atomic int kfd;      /* a private dup of the socket, made when the
 			       * application closes it under a call in flight */
