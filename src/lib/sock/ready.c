@@ -45,6 +45,11 @@ int dsock_spin_yield(long long now_ns)
 	return 1;
 }
 
+int dsock_spin_seen_contention(long long now_ns)
+{
+	return now_ns < contended_until;
+}
+
 int dsock_spin_contended(long long now_ns)
 {
 	if (now_ns < contended_until)

@@ -36,6 +36,8 @@ void dsock_hidden_set(struct dsock_sock *s, int *flag, int on);
  * spin (it probes when due).  dsock_spin_yield: yields; 1 if others ran. */
 int dsock_spin_contended(long long now_ns);
 int dsock_spin_yield(long long now_ns);
+/* 1 if this thread saw contention lately (no probe). */
+int dsock_spin_seen_contention(long long now_ns);
 
 void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev);
 /* fd (or fds first..last) closed: forget it as a member and as a set. */

@@ -237,9 +237,21 @@ static void on_result(const struct dsock_msg_result *r, int memfd)
 	dsock_sock_put(c->sock);
 }
 
+int64_t shm_lease_ns = 1000000;
+
 int dsock_shm_init(void)
 {
 	const char *on = getenv("DSOCK_FASTPATH");
+	const char *lease = getenv("DSOCK_LEASE_US");
+
+	if (lease && *lease) {
+		char *end;
+		long long us = strtoll(lease, &end, 10);
+		if (*end || us < 0 || us > 1000000)
+			DSOCK_WARN("DSOCK_LEASE_US=%s ignored: microseconds, 0 to 1000000", lease);
+		else
+			shm_lease_ns = us * 1000;
+	}
 
 	if (on && !strcmp(on, "0"))
 		return 0; /* DSOCK_FASTPATH=0: every connection stays on the kernel */

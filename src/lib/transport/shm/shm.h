@@ -138,6 +138,8 @@ int shm_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void 
 int shm_hidden_readable(struct dsock_sock *s);
 
 int64_t shm_now_ns(void);
+/* How long a consumer that left recv keeps its lease (DSOCK_LEASE_US). */
+extern int64_t shm_lease_ns;
 /* Lock words in shared memory (tid-tagged; a dead holder's lock is taken
  * over; shm_lock gives up with -EDEADLK after ~0.2 s or on re-entry). */
 int shm_lock(uint32_t *w);
