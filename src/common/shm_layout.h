@@ -25,6 +25,9 @@
 #define DSOCK_CL 64
 
 enum { DSOCK_ATT_NONE = 0, DSOCK_ATT_ATTACHED = 1, DSOCK_ATT_REFUSED = 2 };
+/* ring.tx_waiting bits: a poller wants a space token on its kernel socket;
+ * a blocked sender sleeps on the space_seq futex only */
+enum { DSOCK_TXW_POLL = 1, DSOCK_TXW_FUTEX = 2 };
 
 /* Written by its own side only. */
 struct dsock_shm_side {
@@ -58,7 +61,9 @@ struct dsock_shm_side {
 struct dsock_shm_ring {
 	/* producer's line: the consumer reads it on every look at the ring */
 	uint64_t tail;        /* bytes ever written */
-	uint32_t tx_waiting;  /* producer sleeps for space: consumer wakes it */
+	uint32_t tx_waiting;  /* producer waits for space (DSOCK_TXW_*): the
+			       * consumer bumps space_seq and wakes the futex,
+			       * and tokens a poller */
 	uint8_t pad0[DSOCK_CL - 12];
 	/* producer's lock line, apart: a lock word on the tail's line cost
 	 * each send a cache-line transfer for the lock and another for the

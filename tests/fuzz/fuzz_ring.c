@@ -275,9 +275,9 @@ static void op_consume(struct world *w, struct script *s)
 	TRACE("peer consumes %u", want);
 	__atomic_store_n(&w->tx->head, head + want, __ATOMIC_RELEASE);
 	if (want && __atomic_load_n(&w->tx->tx_waiting, __ATOMIC_SEQ_CST)) {
-		__atomic_store_n(&w->tx->tx_waiting, 0, __ATOMIC_RELAXED);
+		uint32_t waiting = __atomic_exchange_n(&w->tx->tx_waiting, 0, __ATOMIC_SEQ_CST);
 		__atomic_add_fetch(&w->tx->space_seq, 1, __ATOMIC_SEQ_CST);
-		if (w->b >= 0 && w->peer_switched && !w->peer_down) {
+		if ((waiting & DSOCK_TXW_POLL) && w->b >= 0 && w->peer_switched && !w->peer_down) {
 			char t = 0;
 			__atomic_store_n(&w->tx->space_token, 1, __ATOMIC_SEQ_CST);
 			if (send(w->b, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1)

@@ -271,11 +271,18 @@ int shm_wake_peer(struct shm_conn *c, int fd)
  * select and epoll; our pollers then look at the ring). */
 static void space_freed(struct shm_conn *c, int fd)
 {
+	uint32_t w;
+
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&c->rx->tx_waiting, __ATOMIC_RELAXED)) {
-		__atomic_store_n(&c->rx->tx_waiting, 0, __ATOMIC_RELAXED);
+		w = __atomic_exchange_n(&c->rx->tx_waiting, 0, __ATOMIC_SEQ_CST);
 		__atomic_add_fetch(&c->rx->space_seq, 1, __ATOMIC_SEQ_CST);
 		syscall(SYS_futex, &c->rx->space_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+		/* a sender blocked on the futex needs no token; one it never
+		 * reads would stay in its socket and make its close (or its
+		 * death) an RST instead of a FIN */
+		if (!(w & DSOCK_TXW_POLL))
+			return;
 		/* a token on our kernel stream is only a token once our own
 		 * sending has switched; switch it now if need be */
 		if (__atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE) {
@@ -543,7 +550,7 @@ static int wait_space(struct shm_conn *c, int fd)
 	struct timespec slice = { 0, 5 * 1000 * 1000 };
 	uint64_t tail;
 
-	__atomic_store_n(&c->tx->tx_waiting, 1, __ATOMIC_SEQ_CST);
+	__atomic_fetch_or(&c->tx->tx_waiting, DSOCK_TXW_FUTEX, __ATOMIC_SEQ_CST);
 	if (tx_space(c, &tail) != 0 || shm_down_any(c))
 		return 0;
 	/* not FUTEX_PRIVATE: the word is shared with the other process */
@@ -650,7 +657,7 @@ again:
 					/* a poller will wait for space: ask for a token, then
 					 * look again (seq_cst both sides): space freed in
 					 * between would otherwise wake nobody */
-					__atomic_store_n(&c->tx->tx_waiting, 1, __ATOMIC_SEQ_CST);
+					__atomic_fetch_or(&c->tx->tx_waiting, DSOCK_TXW_POLL, __ATOMIC_SEQ_CST);
 					announced = 1;
 					continue;
 				}
@@ -1072,9 +1079,9 @@ void shm_want_space(struct dsock_sock *s)
 	uint64_t tail;
 
 	if (c && shm_active(c) && !__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
-		__atomic_store_n(&c->tx->tx_waiting, 1, __ATOMIC_SEQ_CST);
+		__atomic_fetch_or(&c->tx->tx_waiting, DSOCK_TXW_POLL, __ATOMIC_SEQ_CST);
 		if (tx_space(c, &tail) != 0) /* freed meanwhile: no token will come */
-			__atomic_store_n(&c->tx->tx_waiting, 0, __ATOMIC_RELAXED);
+			__atomic_fetch_and(&c->tx->tx_waiting, ~(uint32_t)DSOCK_TXW_POLL, __ATOMIC_RELAXED);
 	}
 }
 
