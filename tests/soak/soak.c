@@ -370,6 +370,18 @@ static void run_loop(int lfd, const struct sockaddr_in *a, int conc, uint64_t ma
 		} else if (elapsed(&last) > 10) {
 			fprintf(stderr, "soak %s: no progress for 10 s with %d connections\n",
 				is_client ? "client" : "server", ncs);
+			/* what a look without waiting finds on each, as a helper says */
+			for (int i = 0; i < ncs; i++) {
+				unsigned char b;
+				int inq = -1;
+				ssize_t pk = recv(cs[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+				ioctl(cs[i].fd, FIONREAD, &inq);
+				fprintf(stderr, "soak %s: fd %d waits for%s%s; a peek finds %zd (%s), FIONREAD %d, "
+					"len %llu tx %llu rx %llu eof %d\n", is_client ? "client" : "server", cs[i].fd,
+					ps[i].events & POLLIN ? " input" : "", ps[i].events & POLLOUT ? " output" : "", pk,
+					pk < 0 ? strerror(errno) : "", inq, (unsigned long long)cs[i].len,
+					(unsigned long long)cs[i].tx, (unsigned long long)cs[i].rx, cs[i].eof);
+			}
 			errors++;
 			return;
 		}

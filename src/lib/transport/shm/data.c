@@ -321,9 +321,10 @@ int shm_drain_tokens(struct shm_conn *c, int fd)
 		ssize_t n = dsock_real.recv(fd, buf, want, MSG_DONTWAIT);
 		if (n > 0) {
 			__atomic_store_n(&c->me->kread, got + (uint64_t)n, __ATOMIC_RELEASE);
-			if ((size_t)n < want)
-				return 0; /* the queue was empty: one call, not two (a
-					   * FIN behind the tokens is seen next look) */
+			/* (no stop at a short read, though one recv would then
+			 * do: a FIN behind the tokens must be seen now, or the
+			 * token filter drops the edge-triggered event that is
+			 * the only news of it) */
 			continue;
 		}
 		if (n == 0)
