@@ -934,7 +934,9 @@ again:
 		 * plain recv, because this is one */
 		atomic_fetch_add(&dsock_sleepers, 1);
 		rx_settle(c, fd);
-		if (rx_avail(c, &head) > 0) {
+		if (rx_avail(c, &head) > 0 || shm_down_asked(c)) {
+			/* (the settle's drain may have taken a hand-over's token:
+			 * the loop answers it above instead of sleeping) */
 			atomic_fetch_sub(&dsock_sleepers, 1);
 			spin_end = 0;
 			continue;
