@@ -260,6 +260,23 @@ static int want_out(const struct conn *c)
 	return c->hdr_got == 16 && c->tx < (is_client ? c->len : c->rx);
 }
 
+/* A connection that made no progress: what a look without waiting finds
+ * says whose fault (where = " helper" in a helper). */
+static void report_stuck(const struct conn *c, short events, const char *where)
+{
+	unsigned char b;
+	int inq = -1;
+	ssize_t pk = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	int e = errno;
+
+	ioctl(c->fd, FIONREAD, &inq);
+	fprintf(stderr, "soak %s%s: fd %d stuck waiting for%s%s; a peek finds %zd (%s), FIONREAD %d, "
+		"len %llu tx %llu rx %llu eof %d\n", is_client ? "client" : "server", where, c->fd,
+		events & POLLIN ? " input" : "", events & POLLOUT ? " output" : "", pk,
+		pk < 0 ? strerror(e) : "", inq, (unsigned long long)c->len, (unsigned long long)c->tx,
+		(unsigned long long)c->rx, c->eof);
+}
+
 /* A helper process takes connection i over and finishes it alone (the
  * fast path's fork sharing, then the parent's close). */
 static void fork_helper(int i)
@@ -278,16 +295,7 @@ static void fork_helper(int i)
 		for (;;) {
 			struct pollfd p = { c.fd, (short)((c.eof ? 0 : POLLIN) | (want_out(&c) ? POLLOUT : 0)), 0 };
 			if (poll(&p, 1, 10000) <= 0) {
-				/* what a look without waiting finds says whose fault */
-				unsigned char b;
-				int inq = -1;
-				ssize_t pk = recv(c.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-				ioctl(c.fd, FIONREAD, &inq);
-				fprintf(stderr, "soak %s helper: stuck waiting for%s%s; a peek finds %zd (%s), FIONREAD %d, "
-					"tx %llu rx %llu\n", is_client ? "client" : "server",
-					p.events & POLLIN ? " input" : "", p.events & POLLOUT ? " output" : "", pk,
-					pk < 0 ? strerror(errno) : "", inq, (unsigned long long)c.tx,
-					(unsigned long long)c.rx);
+				report_stuck(&c, p.events, " helper");
 				fail(&c, "helper: no progress for 10 s", c.rx);
 				_exit(1);
 			}
@@ -370,18 +378,8 @@ static void run_loop(int lfd, const struct sockaddr_in *a, int conc, uint64_t ma
 		} else if (elapsed(&last) > 10) {
 			fprintf(stderr, "soak %s: no progress for 10 s with %d connections\n",
 				is_client ? "client" : "server", ncs);
-			/* what a look without waiting finds on each, as a helper says */
-			for (int i = 0; i < ncs; i++) {
-				unsigned char b;
-				int inq = -1;
-				ssize_t pk = recv(cs[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-				ioctl(cs[i].fd, FIONREAD, &inq);
-				fprintf(stderr, "soak %s: fd %d waits for%s%s; a peek finds %zd (%s), FIONREAD %d, "
-					"len %llu tx %llu rx %llu eof %d\n", is_client ? "client" : "server", cs[i].fd,
-					ps[i].events & POLLIN ? " input" : "", ps[i].events & POLLOUT ? " output" : "", pk,
-					pk < 0 ? strerror(errno) : "", inq, (unsigned long long)cs[i].len,
-					(unsigned long long)cs[i].tx, (unsigned long long)cs[i].rx, cs[i].eof);
-			}
+			for (int i = 0; i < ncs; i++)
+				report_stuck(&cs[i], ps[i].events, "");
 			errors++;
 			return;
 		}

@@ -573,23 +573,17 @@ static int peer_closed_probe(int fd, int flags)
 }
 
 static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
-static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
 
 /* A call holds a reference on the socket (the fd table's own is the
  * other): the close sees it and makes the private dup that the call then
- * uses (shm_before_close).  No counter of our own: two more locked
- * instructions per call cost about 10 % of a 14 B send. */
+ * uses (shm_before_close; a receive picks it up in its loop).  No counter
+ * of our own: it cost two more locked instructions per call. */
 ssize_t shm_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
 {
 	struct shm_conn *c = shm_conn(s);
 	int k = atomic_load_explicit(&c->kfd, memory_order_acquire);
 
 	return sendmsg_in(s, k >= 0 ? k : fd, m, flags);
-}
-
-ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
-{
-	return recvmsg_in(s, fd, m, flags);
 }
 
 static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
@@ -769,7 +763,7 @@ ssize_t shm_rx_kernel(struct shm_conn *c, int fd, struct msghdr *m, size_t off, 
 	return r;
 }
 
-static ssize_t recvmsg_in(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
+ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 {
 	struct shm_conn *c;
 	size_t total = iov_total(m), got = 0;
