@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #define SPIN_NS 50000 /* poll the ring this long before sleeping */
-#define SHORT_LEASE_NS 50000 /* the lease under contention (see rx_leave) */
+#define SHORT_LEASE_NS 50000 /* the longest lease under contention (see rx_leave) */
 #define SPIN_PURE_NS 2000 /* of which this long without yielding */
 
 static inline void cpu_relax(void)
@@ -415,13 +415,16 @@ static int rx_leave(struct shm_conn *c, int fd)
 	    !__atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE)) {
 		uint64_t head;
 		int64_t now = shm_now_ns();
-		/* long while this thread has its core (the event loop that
-		 * serves many connections comes back to each before its lease
-		 * ends); short when more threads are runnable than there are
-		 * cores: a consumer that lost its core is better woken by a
-		 * token (3 ping-pong pairs on 2 cores: p99 27 -> 61 us with the
-		 * long lease) */
-		hot(c, now + (dsock_spin_seen_contention(now) ? SHORT_LEASE_NS : shm_lease_ns));
+		/* DSOCK_LEASE_US while this thread has its core (an event loop
+		 * that serves many connections comes back to each later than
+		 * 50 us); at most 50 us when more threads are runnable than
+		 * there are cores: a consumer that lost its core is better woken
+		 * by a token (3 ping-pong pairs on 2 cores: p99 27 -> 61 us with
+		 * a 1 ms lease) */
+		int64_t lease = shm_lease_ns;
+		if (lease > SHORT_LEASE_NS && dsock_spin_seen_contention(now))
+			lease = SHORT_LEASE_NS;
+		hot(c, now + lease);
 		/* tokens that came while we were away, for data now read: drain
 		 * them, or the kernel shows a readable socket with nothing to read
 		 * (to pollers we do not see, to a nested epoll, to close: RST) */
