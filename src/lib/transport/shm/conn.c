@@ -239,8 +239,8 @@ static void on_result(const struct dsock_msg_result *r, int memfd)
 
 /* 50 us by default.  1 ms doubled redis-benchmark with 50 clients, but the
  * soak then stalled once in 20 runs (a connection's last bytes in the ring,
- * no token, the reader asleep: docs/ARCHITECTURE.md); until that is
- * understood, the long lease is opt-in. */
+ * no token, the reader asleep: docs/ARCHITECTURE.md; seen at 50 us too,
+ * more rarely); until that is understood, the long lease is opt-in. */
 int64_t shm_lease_ns = 50000;
 
 int dsock_shm_init(void)
