@@ -65,7 +65,7 @@ $(DSOCK): $(CLI_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(SANFLAGS) $(LDFLAGS)
 
-$(BUILD)/tests/test_%: tests/unit/test_%.c tests/unit/unit.h $(UNIT_LIB_OBJ)
+$(BUILD)/tests/test_%: tests/unit/test_%.c $(wildcard tests/unit/*.h) $(UNIT_LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(SANFLAGS) -Itests -o $@ $< $(UNIT_LIB_OBJ) $(LDFLAGS) -ldl
 

@@ -67,9 +67,11 @@ static int check_payload(const struct dsock_msg_hdr *h, size_t plen)
 			return -EBADMSG;
 		return 0;
 	}
+	case DSOCK_MSG_MEMFD_REQ:
+		return plen == sizeof(struct dsock_msg_memfd_req) ? 0 : -EBADMSG;
 	case DSOCK_MSG_RESULT: {
 		const struct dsock_msg_result *m = p;
-		if (plen != sizeof(*m) || m->result < DSOCK_RES_PAIRED || m->result > DSOCK_RES_HELD ||
+		if (plen != sizeof(*m) || m->result < DSOCK_RES_PAIRED || m->result > DSOCK_RES_MEMFD ||
 		    m->side > 1 || m->reason >= DSOCK_R_MAX)
 			return -EBADMSG;
 		return 0;

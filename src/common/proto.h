@@ -26,7 +26,10 @@ enum dsock_msg_type {
 				   * (the socket itself attached, SCM_RIGHTS) */
 	DSOCK_MSG_RESULT = 10,    /* d -> lib: the pairing's outcome (when paired,
 				   * the connection's memfd attached) */
-	DSOCK_MSG_TYPE_MAX = 10,
+	DSOCK_MSG_MEMFD_REQ = 11, /* lib -> d: the memfd of this paired socket
+				   * again (the socket attached), for an exec;
+				   * answered by a RESULT of kind MEMFD */
+	DSOCK_MSG_TYPE_MAX = 11,
 };
 
 /* Messages that carry exactly one fd (SCM_RIGHTS); every other type
@@ -36,7 +39,7 @@ enum dsock_msg_type {
  * of mail with a memory read instead of a system call. */
 static inline int dsock_msg_has_fd(unsigned type)
 {
-	return type == DSOCK_MSG_HELLO || type == DSOCK_MSG_OFFER;
+	return type == DSOCK_MSG_HELLO || type == DSOCK_MSG_OFFER || type == DSOCK_MSG_MEMFD_REQ;
 }
 
 struct dsock_mail_page {
@@ -52,7 +55,18 @@ struct dsock_msg_offer {
 /* HELD: the daemon inspected the offered socket and closed its copy; the
  * answer comes later.  Until then the socket's close must wait: a socket
  * still in flight to the daemon would outlive its close (RST, not FIN). */
-enum dsock_result { DSOCK_RES_PAIRED = 1, DSOCK_RES_KERNEL = 2, DSOCK_RES_HELD = 3 };
+enum dsock_result { DSOCK_RES_PAIRED = 1, DSOCK_RES_KERNEL = 2, DSOCK_RES_HELD = 3, DSOCK_RES_MEMFD = 4 };
+
+/* MEMFD_REQ: the endpoints close their memfd once mapped (an fd per
+ * connection would count against the application's fd limit), and the
+ * daemon keeps one until the connection ends.  Only a process that sends
+ * one of the connection's two sockets gets it (matched by SO_COOKIE, which
+ * the kernel never reuses).  The answer is a RESULT of kind MEMFD for
+ * sock_id, with the memfd attached, or without one when the daemon has
+ * none (the connection then goes back to the kernel for the exec). */
+struct dsock_msg_memfd_req {
+	uint64_t sock_id;
+};
 
 struct dsock_msg_result {
 	uint64_t sock_id;

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -130,6 +131,26 @@ int main(int argc, char **argv)
 			}
 		}
 		dd_pairing_config((uint32_t)v, (uint64_t)(lim > 0 ? lim : 0));
+	}
+	{
+		/* the daemon keeps one memfd per live connection (pairing.c): as
+		 * many fds as it may have: a failure only refuses pairings */
+		struct rlimit rl;
+		long nr_open = 0;
+		FILE *f = fopen("/proc/sys/fs/nr_open", "re");
+		if (f) {
+			if (fscanf(f, "%ld", &nr_open) != 1)
+				nr_open = 0;
+			fclose(f);
+		}
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+			struct rlimit all = { (rlim_t)nr_open, (rlim_t)nr_open };
+			/* (raising the hard limit takes CAP_SYS_RESOURCE) */
+			if (nr_open <= (long)rl.rlim_max || setrlimit(RLIMIT_NOFILE, &all) < 0) {
+				rl.rlim_cur = rl.rlim_max;
+				setrlimit(RLIMIT_NOFILE, &rl);
+			}
+		}
 	}
 	if (dsock_socket_path(path, sizeof(path))) {
 		fprintf(stderr, "dsockd: socket path too long\n");

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -27,6 +28,7 @@ struct dd_offer {
 	uint64_t sock_id;
 	uint32_t role;
 	uint64_t netns;
+	uint64_t cookie; /* SO_COOKIE: never reused, unlike an inode number */
 	ino_t ino;
 	struct dsock_addr local, peer;
 	int64_t expire_ms;
@@ -39,16 +41,33 @@ static uint64_t shm_limit; /* bytes of connection memory; 0: no limit */
 static unsigned long n_paired, n_kernel, n_pending, n_limited;
 
 /* Connection memory in use: a pairing counts until both of its ends have
- * closed (CLOSE events) or their processes left.  A fork child that keeps
- * a connection after its parent left is not counted (an estimate, on the
- * low side, of what the limit bounds). */
+ * closed (CLOSE events) or their processes left, or its header says that
+ * no process holds either end any more (sweep_some).  A fork child that
+ * keeps a connection after its parent left is not counted (an estimate, on
+ * the low side, of what the limit bounds).  The daemon keeps the memfd
+ * meanwhile, for an exec that hands the connection to a new program (the
+ * endpoints close theirs once mapped: MEMFD_REQ in proto.h). */
 struct dd_live {
 	const struct dd_proc *proc[2];
 	uint64_t sid[2];
+	uint64_t cookie[2];
+	int memfd;
 	struct dd_live *next;
 };
-static struct dd_live *live;
+static struct dd_live *live, *sweep_at;
 static unsigned long n_live;
+
+static void live_free(struct dd_live **pp)
+{
+	struct dd_live *x = *pp;
+
+	if (sweep_at == x)
+		sweep_at = x->next;
+	*pp = x->next;
+	close(x->memfd);
+	free(x);
+	n_live--;
+}
 
 static size_t conn_bytes(void)
 {
@@ -63,13 +82,52 @@ static void live_drop(const struct dd_proc *p, int any_sid, uint64_t sid)
 		for (int i = 0; i < 2; i++)
 			if (x->proc[i] == p && (any_sid || x->sid[i] == sid))
 				x->proc[i] = NULL;
-		if (!x->proc[0] && !x->proc[1]) {
-			*pp = x->next;
-			free(x);
-			n_live--;
-		} else {
+		if (!x->proc[0] && !x->proc[1])
+			live_free(pp);
+		else
 			pp = &x->next;
+	}
+}
+
+/* 1 if no process holds either end of x: each side attached and then let
+ * go by its last holder, or refused.  Read from the connection's header,
+ * which the endpoints write: a lie only ends the daemon's copy early (an
+ * exec then takes the kernel) or keeps it until the processes leave. */
+static int live_is_dead(const struct dd_live *x)
+{
+	struct dsock_shm_side side[2];
+
+	if (pread(x->memfd, side, sizeof(side), offsetof(struct dsock_shm_hdr, side)) != (ssize_t)sizeof(side))
+		return 0;
+	for (int i = 0; i < 2; i++) {
+		uint32_t att = side[i].attached;
+		if (!(att == DSOCK_ATT_REFUSED || (att == DSOCK_ATT_ATTACHED && side[i].holders == 0)))
+			return 0;
+	}
+	return 1;
+}
+
+/* Looks at a few records, round robin, and drops those nobody holds: the
+ * CLOSE event that ends a record may have been dropped by a busy process
+ * (ctl.c never waits), and a record that outlives its connection keeps the
+ * memory allocated.  Called per new pairing, so an idle daemon does nothing. */
+static void sweep_some(int n)
+{
+	struct dd_live **pp;
+
+	for (int i = 0; i < n && live; i++) {
+		if (!sweep_at)
+			sweep_at = live;
+		for (pp = &live; *pp && *pp != sweep_at; pp = &(*pp)->next)
+			;
+		if (!*pp) {
+			sweep_at = NULL;
+			continue;
 		}
+		if (live_is_dead(*pp))
+			live_free(pp);
+		else
+			sweep_at = sweep_at->next;
 	}
 }
 
@@ -125,7 +183,7 @@ static int same_addr(const struct dsock_addr *a, const struct dsock_addr *b)
 static int inspect(int fd, struct dd_offer *o)
 {
 	struct sockaddr_storage l, p;
-	socklen_t ll = sizeof(l), pl = sizeof(p), il = sizeof(int), cl = sizeof(o->netns);
+	socklen_t ll = sizeof(l), pl = sizeof(p), il = sizeof(int), cl = sizeof(o->netns), kl = sizeof(o->cookie);
 	struct tcp_info ti;
 	socklen_t tl = sizeof(ti);
 	struct stat st;
@@ -138,7 +196,8 @@ static int inspect(int fd, struct dd_offer *o)
 		return DSOCK_R_NOT_TCP;
 	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) < 0 || ti.tcpi_state != TCP_ESTABLISHED)
 		return DSOCK_R_NOT_ESTABLISHED;
-	if (getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &o->netns, &cl) < 0)
+	if (getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &o->netns, &cl) < 0 ||
+	    getsockopt(fd, SOL_SOCKET, SO_COOKIE, &o->cookie, &kl) < 0)
 		return DSOCK_R_NOT_ESTABLISHED;
 	if (getsockname(fd, (struct sockaddr *)&l, &ll) < 0 ||
 	    getpeername(fd, (struct sockaddr *)&p, &pl) < 0)
@@ -218,12 +277,15 @@ static void pair(struct dd_offer *a, struct dd_offer *b)
 	r.sock_id = s1->sock_id;
 	r.side = 1;
 	dd_send_result(&s1->to, &r, memfd);
-	close(memfd);
 	n_paired++;
+	sweep_some(2);
 	rec->proc[0] = s0->to.proc;
 	rec->sid[0] = s0->sock_id;
+	rec->cookie[0] = s0->cookie;
 	rec->proc[1] = s1->to.proc;
 	rec->sid[1] = s1->sock_id;
+	rec->cookie[1] = s1->cookie;
+	rec->memfd = memfd;
 	rec->next = live;
 	live = rec;
 	n_live++;
@@ -307,6 +369,26 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 	n_pending++;
 	struct dsock_msg_result held = { .sock_id = m->sock_id, .result = DSOCK_RES_HELD };
 	dd_send_result(to, &held, -1);
+}
+
+void dd_pairing_memfd(const struct dd_reply_to *to, const struct dsock_msg_memfd_req *m, int fd)
+{
+	struct dsock_msg_result r = { .sock_id = m->sock_id, .result = DSOCK_RES_MEMFD };
+	uint64_t cookie = 0;
+	socklen_t kl = sizeof(cookie);
+	int found = -1;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &kl) == 0 && cookie)
+		for (struct dd_live *x = live; x && found < 0; x = x->next)
+			for (int i = 0; i < 2; i++)
+				if (x->cookie[i] == cookie) {
+					found = x->memfd;
+					r.side = (uint32_t)i;
+					r.ring_size = ring_size;
+					break;
+				}
+	close(fd);
+	dd_send_result(to, &r, found);
 }
 
 void dd_pairing_forget(const struct dd_proc *p)

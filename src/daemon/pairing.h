@@ -28,6 +28,9 @@ void dd_pairing_config(uint32_t ring_size, uint64_t limit);
 void dd_pairing_closed(const struct dd_proc *p, uint64_t sock_id);
 /* Handles an OFFER with its socket fd (always closed here). */
 void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer *m, int fd);
+/* Handles a MEMFD_REQ with its socket fd (always closed here): answers
+ * with the connection's memfd if the socket is one of a live pairing. */
+void dd_pairing_memfd(const struct dd_reply_to *to, const struct dsock_msg_memfd_req *m, int fd);
 /* Forgets the offers of a process that left. */
 void dd_pairing_forget(const struct dd_proc *p);
 /* Expires offers; returns ms until the next expiry, or -1 when none. */

@@ -262,7 +262,7 @@ static int on_message(struct dd_client *c, uint32_t slot, const void *buf, size_
 
 	if (r == 0 && (fd >= 0) != dsock_msg_has_fd(h->type) && h->type != DSOCK_MSG_HELLO)
 		r = -EBADMSG; /* an fd where none belongs, or none where one must be */
-	if (r || h->type != DSOCK_MSG_OFFER) {
+	if (r || (h->type != DSOCK_MSG_OFFER && h->type != DSOCK_MSG_MEMFD_REQ)) {
 		int hello = r == 0 && h->type == DSOCK_MSG_HELLO;
 		r = r ? r : hello ? on_hello(c, payload, fd) : 0;
 		if (fd >= 0)
@@ -280,6 +280,15 @@ static int on_message(struct dd_client *c, uint32_t slot, const void *buf, size_
 			return -EPROTO;
 		}
 		dd_pairing_offer(&to, payload, fd);
+		return 0;
+	}
+	case DSOCK_MSG_MEMFD_REQ: {
+		struct dd_reply_to to = { .slot = slot, .gen = c->gen, .proc = c->proc };
+		if (c->role != ROLE_LIB) {
+			close(fd);
+			return -EPROTO;
+		}
+		dd_pairing_memfd(&to, payload, fd);
 		return 0;
 	}
 	case DSOCK_MSG_SOCK_EVENT: {

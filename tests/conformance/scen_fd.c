@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -331,4 +332,40 @@ SELFTEST_SCEN(peek_then_read)
 	wait_fd(s, POLLIN, 1000);
 	R("peek", recv(s, b, 8, MSG_PEEK));
 	R("read", read(s, b, 8));
+}
+
+/* Connections up to a low fd limit: a program that fits natively fits under
+ * dsock (the fast path must not hold an fd per connection of its own: it
+ * once kept each connection's memfd, and 20 warm pairs then ran out of fds
+ * half way). */
+STREAM_SCEN(many_connections_low_fd_limit)
+{
+	enum { PAIRS = 20 };
+	struct rlimit old, rl;
+	int c[PAIRS], s[PAIRS], lowest = dup(0), made = 0;
+	char x = 'x';
+
+	close(lowest);
+	getrlimit(RLIMIT_NOFILE, &old);
+	rl = old;
+	/* room for the pairs, a listener at a time, and a little slack */
+	rl.rlim_cur = (rlim_t)lowest + 2 * PAIRS + 4;
+	R("setrlimit", setrlimit(RLIMIT_NOFILE, &rl));
+	for (int i = 0; i < PAIRS; i++) {
+		fam_pair(f, &c[i], &s[i]);
+		if (send(c[i], &x, 1, 0) != 1 || recv(s[i], &x, 1, 0) != 1 || send(s[i], &x, 1, 0) != 1 ||
+		    recv(c[i], &x, 1, 0) != 1)
+			break;
+		made++;
+	}
+	out("pairs made and used: %d", made);
+	int one = fam_socket(f, 0);
+	out("one more socket: %s", one >= 0 ? "yes" : ename(errno));
+	if (one >= 0)
+		close(one);
+	for (int i = 0; i < made; i++) {
+		close(c[i]);
+		close(s[i]);
+	}
+	R("restore the limit", setrlimit(RLIMIT_NOFILE, &old));
 }

@@ -134,6 +134,34 @@ s = ctl(); s.send(hdr(3)); data = s.recv(4096); s.close()
 check("a raw stat request gets records", data[:4] == struct.pack("<I", MAGIC))
 idle.close()
 
+# a connection's memory goes only to a holder of one of its two sockets:
+# a registered process asking with a socket of no pairing gets no fd, and
+# asking with no socket at all drops it
+def hello():
+    s = ctl()
+    s.send(hdr(1, struct.pack("<Ii32s16s", 0, 0, b"probe", b"0")))
+    return s
+lsn = socket.socket(); lsn.bind(("127.0.0.1", 0)); lsn.listen(1)
+cli = socket.create_connection(lsn.getsockname()); srv, _ = lsn.accept()
+s = hello()
+socket.send_fds(s, [hdr(11, struct.pack("<Q", 42))], [cli.fileno()])
+s.settimeout(5)
+msg, fds, _, _ = socket.recv_fds(s, 4096, 1)
+typ = struct.unpack_from("<H", msg, 6)[0] if len(msg) >= 8 else 0
+sid, result = struct.unpack_from("<QI", msg, 16) if len(msg) >= 28 else (0, 0)
+check("a memfd request with a socket of no pairing gets an answer without memory",
+      typ == 10 and sid == 42 and result == 4 and not fds, f"type {typ} sock {sid} result {result} fds {fds}")
+for fd in fds:
+    os.close(fd)
+s.send(hdr(11, struct.pack("<Q", 43)))
+try:
+    gone = s.recv(100) == b""
+except (ConnectionResetError, BrokenPipeError):
+    gone = True
+check("a memfd request without its socket drops the client", gone)
+for x in (s, cli, srv, lsn):
+    x.close()
+
 # 5. restart the daemon under a live process: it re-registers and replays
 dpid = int(open(SOCK + ".lock").read())
 r = dsock("stop")

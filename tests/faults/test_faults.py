@@ -125,15 +125,17 @@ for cmd in sys.stdin:
     elif cmd[0] == "echo":
         threading.Thread(target=echo, args=(conns[int(cmd[1])],), daemon=True).start()
     elif cmd[0] == "scribble":      # a hostile peer: garbage into the ring indices
-        fds = [int(f) for f in os.listdir("/proc/self/fd")
-               if "dsock-conn" in (os.readlink("/proc/self/fd/" + f) if os.path.exists("/proc/self/fd/" + f) else "")]
-        for f in fds[:1]:
-            fd = os.open("/proc/self/fd/%d" % f, os.O_RDWR)
-            m = mmap.mmap(fd, 4096)
-            for ring in (192, 448):     # tail and head of both rings
-                m[ring:ring + 8] = (0xFFFFFFFF00000000 + ring).to_bytes(8, "little")
-                m[ring + 64:ring + 72] = (0x7FFFFFFF00000000).to_bytes(8, "little")
-            m.close(); os.close(fd)
+        # its own mapping of the connection memory (the library closed the
+        # memfd once mapped), written through /proc/self/mem
+        maps = [l.split()[0].split("-") for l in open("/proc/self/maps") if "dsock-conn" in l]
+        fds = [int(a, 16) for a, _ in maps]
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            for base in fds[:1]:
+                for ring in (192, 448):     # tail and head of both rings
+                    mem.seek(base + ring)
+                    mem.write((0xFFFFFFFF00000000 + ring).to_bytes(8, "little"))
+                    mem.seek(base + ring + 64)
+                    mem.write((0x7FFFFFFF00000000).to_bytes(8, "little"))
         print("scribbled", len(fds), flush=True)
     print("done", flush=True)
 '''
@@ -328,12 +330,16 @@ while True: a.sendall(b"z" * 65536)
         r = as_user(cli_copy, "stop")
         check("6. another user may not stop root's daemon", r.returncode != 0 and daemon_pid() and
               os.path.exists("/proc/%d" % daemon_pid()), r.stdout + r.stderr)
-        memfds = [f for f in os.listdir("/proc/%d/fd" % cli.pid)
-                  if "dsock-conn" in os.readlink("/proc/%d/fd/%s" % (cli.pid, f))]
+        # the memory as a file: the endpoint's mapping (map_files) and the
+        # daemon's copy of the memfd (fd), each by path
+        memfds = ["/proc/%d/map_files/%s" % (cli.pid, l.split()[0]) for l in open("/proc/%d/maps" % cli.pid)
+                  if "dsock-conn" in l]
+        memfds += ["/proc/%d/fd/%s" % (daemon_pid(), f) for f in os.listdir("/proc/%d/fd" % daemon_pid())
+                   if "dsock-conn" in os.readlink("/proc/%d/fd/%s" % (daemon_pid(), f))]
         r = as_user(PY, "-c", "import sys\nfor f in sys.argv[1:]:\n    try: open(f, 'rb'); print('opened', f)\n"
                     "    except OSError as e: print('denied', e.errno)",
-                    *["/proc/%d/fd/%s" % (cli.pid, f) for f in memfds])
-        check("6. another user cannot open root's connection memory (%d memfds tried)" % len(memfds),
+                    *memfds)
+        check("6. another user cannot open root's connection memory (%d paths tried)" % len(memfds),
               memfds and "opened" not in r.stdout and r.stdout.count("denied") == len(memfds), r.stdout + r.stderr)
         say(cli, "pingpong 0 100")
         check("6. root's connection still works", line(cli) == "pingpong ok")

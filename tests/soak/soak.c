@@ -11,6 +11,8 @@
  *   soak [-s SECONDS] [-c CONCURRENT] [-m MAX_STREAM] [-r SEED] [-f N] [-a N]
  *   (-f: one step in N forks a helper, default 500; -a: one stream in N is
  *   cut short by the client, default 20; 0: never)
+ *   SOAK_HOLD=1: a process that stalls sleeps 300 s before it reports, for
+ *   a debugger (the report's own reads would change the state).
  *
  * The server is this process, the client a fork child; both fork helpers
  * now and then that take a connection over.  Exit status 0 only if every
@@ -378,6 +380,11 @@ static void run_loop(int lfd, const struct sockaddr_in *a, int conc, uint64_t ma
 		} else if (elapsed(&last) > 10) {
 			fprintf(stderr, "soak %s: no progress for 10 s with %d connections\n",
 				is_client ? "client" : "server", ncs);
+			if (getenv("SOAK_HOLD")) { /* debugging: stay for a debugger */
+				fprintf(stderr, "soak %s: pid %d holds for 300 s\n", is_client ? "client" : "server",
+					(int)getpid());
+				sleep(300);
+			}
 			for (int i = 0; i < ncs; i++)
 				report_stuck(&cs[i], ps[i].events, "");
 			errors++;

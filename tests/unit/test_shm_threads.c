@@ -10,6 +10,8 @@
  * receiver gives up after its bounded spin and resets that connection
  * only; a second connection keeps working.
  *
+ * Then a lock the parent holds at a fork: the child waits for it.
+ *
  * Last, a hand-over (down.c) that lands while the peer spins in a blocking
  * receive: the spinner drains the request's wake-up token as it spins, and
  * must answer before it sleeps (a CI run caught the version that slept: the
@@ -18,6 +20,7 @@
 #include "lib/sock/sock.h"
 #include "lib/transport/shm/shm.h"
 #include "lib/interpose/real.h"
+#include "unit/shm_pair.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -31,6 +34,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,56 +44,6 @@
 static unsigned char pat(long i, int dir)
 {
 	return (unsigned char)(i * 131 + (i >> 9) + dir * 77);
-}
-
-struct conn {
-	int a, b, memfd;
-	struct dsock_shm_hdr *h;
-};
-
-/* A loopback pair whose two ends are both adopted by this process, on the
- * rings from the first byte. */
-static void make_conn(struct conn *k, int lfd, struct sockaddr_in *la)
-{
-	char env[160];
-
-	k->a = socket(AF_INET, SOCK_STREAM, 0);
-	if (k->a < 0 || connect(k->a, (struct sockaddr *)la, sizeof(*la)) < 0 || (k->b = accept(lfd, NULL, NULL)) < 0) {
-		perror("loopback pair");
-		exit(1);
-	}
-	size_t len = DSOCK_SHM_HDR + 2 * RING;
-	k->memfd = memfd_create("test-shm", MFD_ALLOW_SEALING | MFD_CLOEXEC);
-	if (k->memfd < 0 || ftruncate(k->memfd, (off_t)len) < 0 ||
-	    fcntl(k->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
-		perror("memfd");
-		exit(1);
-	}
-	k->h = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, k->memfd, 0);
-	k->h->magic = DSOCK_SHM_MAGIC;
-	k->h->version = DSOCK_SHM_VERSION;
-	k->h->ring_size = RING;
-	k->h->data_off = DSOCK_SHM_HDR;
-	for (int i = 0; i < 2; i++) {
-		k->h->side[i].attached = DSOCK_ATT_ATTACHED;
-		k->h->side[i].switch_off = 0;
-		k->h->side[i].rx_switched = 1;
-	}
-	/* tx baselines: nothing but the SYN went yet (counted as 1, as the
-	 * transport's own calibration would see it) */
-	snprintf(env, sizeof(env), "%d:%d:0:%u:%lld:0,%d:%d:1:%u:%lld:0", k->a,
-		 fcntl(k->memfd, F_DUPFD_CLOEXEC, 0), RING, (long long)shm_kernel_sent(k->a), k->b,
-		 fcntl(k->memfd, F_DUPFD_CLOEXEC, 0), RING, (long long)shm_kernel_sent(k->b));
-	setenv("DSOCK_SHM_FDS", env, 1);
-	dsock_shm_adopt_inherited();
-	for (int i = 0; i < 2; i++) {
-		struct dsock_sock *s = dsock_fdt_get(i ? k->b : k->a);
-		if (!s || s->tp != &dsock_shm_transport) {
-			fprintf(stderr, "adoption failed\n");
-			exit(1);
-		}
-		dsock_sock_put(s);
-	}
 }
 
 static atomic_int failed, writers_done;
@@ -248,6 +202,29 @@ static void lock_held_forever(struct conn *bad, struct conn *good)
 	pthread_join(t, NULL);
 }
 
+/* ---- a lock held by the parent across a fork ----------------------------- */
+/* The child's one thread inherits the parent's cached lock owner id: with
+ * it, the child took the parent's lock for its own (-EDEADLK, which the
+ * data path turns into a reset).  It must wait for the parent instead. */
+static void lock_across_fork(struct conn *k)
+{
+	uint32_t *w = &k->h->ring[0].tx_lock;
+	int st = 0;
+
+	ASSERT_EQ(shm_lock(w), 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int r = shm_lock(w); /* waits for the parent's unlock */
+		_exit(r == 0 ? 0 : r == -EDEADLK ? 2 : 3);
+	}
+	usleep(100 * 1000);
+	shm_unlock(w);
+	waitpid(pid, &st, 0);
+	ASSERT_TRUE(WIFEXITED(st));
+	ASSERT_EQ(WEXITSTATUS(st), 0); /* 2: it took the parent's lock for its own */
+	shm_unlock(w); /* the child's (it left without letting go) */
+}
+
 /* ---- a hand-over while the peer spins ----------------------------------- */
 static atomic_int spin_ready;
 static char spin_got[8];
@@ -335,6 +312,7 @@ int main(int argc, char **argv)
 	make_conn(&k2, lfd, &la);
 	make_conn(&k3, lfd, &la);
 	lock_held_forever(&k2, &k3);
+	lock_across_fork(&k3);
 	handover_while_spinning(lfd, &la);
 	UNIT_DONE();
 }

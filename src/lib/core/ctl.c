@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -342,6 +343,35 @@ void dsock_ctl_set_result_handler(void (*fn)(const struct dsock_msg_result *r, i
 	result_handler = fn;
 }
 
+/* Hands one received message (n bytes, with fd got or -1) to the result
+ * handler; anything else is refused and its fd closed.  Locked. */
+static void deliver_locked(const char *b, ssize_t n, int got)
+{
+	const struct dsock_msg_hdr *h = (const void *)b;
+	struct dsock_msg_result r;
+
+	/* the daemon is trusted more than a peer, but still checked */
+	if (got == -2 || dsock_msg_check(b, (size_t)n) || h->type != DSOCK_MSG_RESULT || !result_handler) {
+		if (got >= 0)
+			dsock_real.close(got);
+		return;
+	}
+	memcpy(&r, b + sizeof(*h), sizeof(r));
+	if (r.result == DSOCK_RES_MEMFD) { /* an answer nobody waits for now */
+		if (got >= 0)
+			dsock_real.close(got);
+		return;
+	}
+	if ((r.result == DSOCK_RES_PAIRED) != (got >= 0)) {
+		if (got >= 0)
+			dsock_real.close(got);
+		r.result = DSOCK_RES_KERNEL;
+		r.reason = DSOCK_R_RESOURCE;
+		got = -1;
+	}
+	result_handler(&r, got);
+}
+
 /* Reads every waiting message from the daemon.  Locked. */
 static void read_mail_locked(void)
 {
@@ -356,28 +386,69 @@ static void read_mail_locked(void)
 		struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = cm.b,
 				     .msg_controllen = sizeof(cm.b) };
 		ssize_t n = dsock_real.recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-		int got;
 
 		if (n <= 0)
 			break;
-		got = dsock_cmsg_take_fd(&mh, dsock_real.close);
-		/* the daemon is trusted more than a peer, but still checked */
-		if (got == -2 || dsock_msg_check(m.b, (size_t)n) || m.h.type != DSOCK_MSG_RESULT || !result_handler) {
-			if (got >= 0)
-				dsock_real.close(got);
-			continue;
-		}
-		struct dsock_msg_result r;
-		memcpy(&r, m.b + sizeof(m.h), sizeof(r));
-		if ((r.result == DSOCK_RES_PAIRED) != (got >= 0)) {
-			if (got >= 0)
-				dsock_real.close(got);
-			r.result = DSOCK_RES_KERNEL;
-			r.reason = DSOCK_R_RESOURCE;
-			got = -1;
-		}
-		result_handler(&r, got);
+		deliver_locked(m.b, n, dsock_cmsg_take_fd(&mh, dsock_real.close));
 	}
+}
+
+/* 1 if the message (n bytes, fd got) is the daemon's MEMFD answer for sock_id. */
+static int is_memfd_answer(const char *b, ssize_t n, int got, uint64_t sock_id)
+{
+	const struct dsock_msg_hdr *h = (const void *)b;
+	struct dsock_msg_result r;
+
+	if (got == -2 || dsock_msg_check(b, (size_t)n) || h->type != DSOCK_MSG_RESULT)
+		return 0;
+	memcpy(&r, b + sizeof(*h), sizeof(r));
+	return r.result == DSOCK_RES_MEMFD && r.sock_id == sock_id;
+}
+
+int dsock_ctl_fetch_memfd(unsigned long long sock_id, int sock_fd, int timeout_ms)
+{
+	struct dsock_msg_memfd_req q = { .sock_id = sock_id };
+	union { struct dsock_msg_hdr h; char b[DSOCK_MSG_MAX + 1]; } m;
+	union dsock_cmsg_one cm;
+	int64_t end = now_ns() + (int64_t)timeout_ms * 1000000;
+	int r = -ETIMEDOUT, fd;
+
+	DSOCK_GUARD_ENTER();
+	while (!ctl_trylock()) {
+		if (now_ns() >= end) {
+			DSOCK_GUARD_EXIT();
+			return -ETIMEDOUT;
+		}
+		sched_yield();
+	}
+	fd = atomic_load(&ctl_fd);
+	if (fd < 0 || ctl_send_fd_locked(DSOCK_MSG_MEMFD_REQ, &q, sizeof(q), sock_fd) < 0)
+		r = -ENOTCONN;
+	else
+		for (int64_t left; r == -ETIMEDOUT && (left = end - now_ns()) > 0;) {
+			struct pollfd p = { .fd = fd, .events = POLLIN };
+			struct iovec v = { m.b, sizeof(m.b) };
+			struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = cm.b,
+					     .msg_controllen = sizeof(cm.b) };
+			if (dsock_real.poll(&p, 1, (int)(left / 1000000) + 1) < 0 && errno != EINTR)
+				r = -errno;
+			ssize_t n = dsock_real.recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+			if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+				r = -ENOTCONN;
+				break;
+			}
+			if (n < 0)
+				continue;
+			int got = dsock_cmsg_take_fd(&mh, dsock_real.close);
+			if (is_memfd_answer(m.b, n, got, sock_id)) {
+				r = got >= 0 ? got : -ENOENT;
+				break;
+			}
+			deliver_locked(m.b, n, got); /* someone else's pairing result */
+		}
+	ctl_unlock();
+	DSOCK_GUARD_EXIT();
+	return r;
 }
 
 void dsock_ctl_poll_mail(void)

@@ -27,6 +27,11 @@ int dsock_ctl_offer(struct dsock_sock *s, int fd, unsigned role);
 /* Handler for RESULT messages (set by the shm transport); memfd is -1
  * unless paired, and the handler owns it. */
 void dsock_ctl_set_result_handler(void (*fn)(const struct dsock_msg_result *r, int memfd));
+/* The memfd of a paired socket again, from the daemon (sock_fd, one of
+ * our fds of it, proves the claim), for an exec: waits up to timeout_ms,
+ * delivering other mail meanwhile.  Returns the fd (close-on-exec), or
+ * -ENOENT (the daemon has none), -ENOTCONN, -ETIMEDOUT. */
+int dsock_ctl_fetch_memfd(unsigned long long sock_id, int sock_fd, int timeout_ms);
 /* Delivers mail, if the daemon left any: one memory read when there is none. */
 void dsock_ctl_poll_mail(void);
 /* Blocking variant for tests and slow paths: also reads when no mail page. */

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,7 +101,10 @@ void shm_to_kernel(struct dsock_sock *s, unsigned reason)
 
 /* Maps and checks a connection's memory.  Trusts only what it can verify:
  * the fd is a memfd of exactly the size the ring needs, sealed against
- * shrinking, and its header agrees. */
+ * shrinking, and its header agrees.  Once mapped, the fd is closed: one
+ * per connection would count against the application's fd limit (a
+ * program that fits natively must fit under dsock) and show in its
+ * /proc/self/fd; an exec gets it again from the daemon (exec_one). */
 static int map_conn(struct shm_conn *c, int memfd, int side, uint32_t size)
 {
 	size_t len = DSOCK_SHM_HDR + 2 * (size_t)size;
@@ -121,11 +125,11 @@ static int map_conn(struct shm_conn *c, int memfd, int side, uint32_t size)
 		munmap(h, len);
 		return -EINVAL;
 	}
+	dsock_real.close(memfd);
 	c->h = h;
 	c->map_len = len;
 	c->size = size;
 	c->side = side;
-	c->memfd = memfd;
 	c->me = &h->side[side];
 	c->peer = &h->side[1 - side];
 	c->tx = &h->ring[side];
@@ -237,10 +241,7 @@ static void on_result(const struct dsock_msg_result *r, int memfd)
 	dsock_sock_put(c->sock);
 }
 
-/* 50 us by default.  1 ms doubled redis-benchmark with 50 clients, but the
- * soak then stalled once in 20 runs (a connection's last bytes in the ring,
- * no token, the reader asleep: docs/ARCHITECTURE.md; seen at 50 us too,
- * more rarely); until that is understood, the long lease is opt-in. */
+/* 50 us by default (docs/ARCHITECTURE.md, "Lingering leases"). */
 int64_t shm_lease_ns = 50000;
 
 int dsock_shm_init(void)
@@ -263,13 +264,21 @@ int dsock_shm_init(void)
 	return dsock_transport_register(&dsock_shm_transport);
 }
 
+/* Closes a memfd fetched for an exec, in the process that fetched it. */
+static void drop_exec_memfd(struct shm_conn *c)
+{
+	if (c->exec_memfd >= 0 && c->exec_memfd_pid == (int)syscall(SYS_getpid))
+		dsock_real.close(c->exec_memfd);
+	c->exec_memfd = -1;
+}
+
 static struct shm_conn *new_conn(struct dsock_sock *s)
 {
 	struct shm_conn *c = calloc(1, sizeof(*c));
 
 	if (!c)
 		return NULL;
-	c->memfd = -1;
+	c->exec_memfd = -1;
 	c->delayed_memfd = -1;
 	c->kfd = -1;
 	c->sock = s;
@@ -393,8 +402,7 @@ void shm_release(struct dsock_sock *s)
 			__atomic_store_n(&c->me->attached, DSOCK_ATT_REFUSED, __ATOMIC_RELEASE);
 		munmap(c->h, c->map_len);
 	}
-	if (c->memfd >= 0)
-		dsock_real.close(c->memfd);
+	drop_exec_memfd(c);
 	if (c->kfd >= 0)
 		dsock_real.close(c->kfd); /* the socket's last reference: FIN now */
 	if (c->delayed_memfd >= 0)
@@ -458,6 +466,7 @@ void dsock_shm_fork_child(void)
 {
 	struct shm_conn *list = pending;
 
+	shm_forget_tid();
 	pthread_mutex_init(&held_mu, NULL);
 	/* the child counts the connections it moves bytes through itself */
 	atomic_store(&dsock_shm_ring_conns, 0);
@@ -501,7 +510,7 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 		return;
 	}
 	if (w->restore) {
-		dsock_real.fcntl(c->memfd, F_SETFD, FD_CLOEXEC);
+		drop_exec_memfd(c); /* the exec failed, or a spawned child has it */
 		if (c->exec_dropped) { /* still ours after all */
 			c->exec_dropped = 0;
 			c->let_go = 0;
@@ -514,17 +523,30 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 		return;
 	if (w->runs_dsock < 0)
 		w->runs_dsock = dsock_exec_runs_dsock(w->target);
-	if (!w->runs_dsock) {
-		/* it would read tokens as data: the kernel carries it from now */
+	/* the new program maps the memory from an fd that survives the exec:
+	 * the daemon keeps one (we closed ours once mapped) */
+	int mine = c->exec_memfd >= 0 && c->exec_memfd_pid == (int)syscall(SYS_getpid); /* a dup's */
+	int mfd = !w->runs_dsock ? -1 : mine ? c->exec_memfd : dsock_ctl_fetch_memfd(s->id, fd, 1000);
+	int len = mfd < 0 ? -1 : snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%d:%u:%lld:%d",
+					  w->used ? "," : "", fd, mfd, c->side, c->size,
+					  (long long)c->tx_base, w->new_holder);
+	if (len < 0 || (size_t)len >= w->n - w->used) {
+		/* a program without dsock would read tokens as data; with no
+		 * memory to hand over (no daemon: it restarted, or it forgot a
+		 * connection whose first holders left) the new one could not
+		 * use the ring: either way the kernel carries it from now */
+		if (w->runs_dsock)
+			DSOCK_INFO("sock %llu goes back to the kernel for the exec (%s)", (unsigned long long)s->id,
+				   mfd < 0 ? strerror(-mfd) : "too many connections to name");
+		if (mfd >= 0 && !mine)
+			dsock_real.close(mfd);
 		shm_handover(s, fd);
 		c->exec_mark = w->mark; /* its fd survives: not dropped */
 		return;
 	}
-	int len = snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%d:%u:%lld:%d", w->used ? "," : "",
-			   fd, c->memfd, c->side, c->size, (long long)c->tx_base, w->new_holder);
-	if (len < 0 || (size_t)len >= w->n - w->used)
-		return;
-	dsock_real.fcntl(c->memfd, F_SETFD, 0); /* survives the exec */
+	dsock_real.fcntl(mfd, F_SETFD, 0); /* survives the exec */
+	c->exec_memfd = mfd;
+	c->exec_memfd_pid = (int)syscall(SYS_getpid);
 	w->used += (size_t)len;
 	c->exec_mark = w->mark;
 }

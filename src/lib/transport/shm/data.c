@@ -31,12 +31,22 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* The owner id of the shared locks.  Cached per thread, and forgotten in
+ * a fork child (shm_forget_tid): its one thread inherits the parent's
+ * cache, and with the parent's id it would take the parent's lock for its
+ * own (-EDEADLK: a reset) or look dead once the parent is. */
+static __thread int tid;
+
 static int my_tid(void)
 {
-	static __thread int tid;
 	if (!tid)
 		tid = (int)syscall(SYS_gettid);
 	return tid;
+}
+
+void shm_forget_tid(void)
+{
+	tid = 0;
 }
 
 int shm_reap_dead_holder(uint32_t *w)
@@ -303,8 +313,11 @@ static void space_freed(struct shm_conn *c, int fd)
 
 /* Reads and discards tokens (rx lock held), counting them in side.kread:
  * a downgrade (down.c) names the kernel byte where plain data resumes,
- * and no drain reads past it.  Returns 0, 1 on kernel EOF, or -errno. */
-int shm_drain_tokens(struct shm_conn *c, int fd)
+ * and no drain reads past it.  to_end: until the kernel says EAGAIN or
+ * EOF; else it stops at a short read (one system call where two were, on
+ * every leave of an event loop's receive).  Returns 0, 1 on kernel EOF,
+ * or -errno. */
+int shm_drain_tokens(struct shm_conn *c, int fd, int to_end)
 {
 	char buf[64];
 
@@ -321,10 +334,15 @@ int shm_drain_tokens(struct shm_conn *c, int fd)
 		ssize_t n = dsock_real.recv(fd, buf, want, MSG_DONTWAIT);
 		if (n > 0) {
 			__atomic_store_n(&c->me->kread, got + (uint64_t)n, __ATOMIC_RELEASE);
-			/* (no stop at a short read, though one recv would then
-			 * do: a FIN behind the tokens must be seen now, or the
-			 * token filter drops the edge-triggered event that is
-			 * the only news of it) */
+			/* A FIN behind the tokens stays unseen after a short
+			 * read: only a caller that decides on what it saw needs
+			 * to_end (the token filter would drop the edge-triggered
+			 * event that is the only news of it; a receive would
+			 * say EAGAIN instead of EOF).  A receive leaving with its
+			 * bytes does not: the FIN keeps the socket readable and
+			 * the next receive peeks it. */
+			if (!to_end && (size_t)n < want)
+				return 0;
 			continue;
 		}
 		if (n == 0)
@@ -343,11 +361,11 @@ static int tokens_flagged(struct shm_conn *c)
 /* Clears both token flags, then drains (flags first: a producer that sets
  * one again afterwards sends a byte we may or may not see).  Returns as
  * drain_tokens. */
-static int clear_and_drain(struct shm_conn *c, int fd)
+static int clear_and_drain(struct shm_conn *c, int fd, int to_end)
 {
 	__atomic_store_n(&c->rx->token, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&c->tx->space_token, 0, __ATOMIC_SEQ_CST);
-	return shm_drain_tokens(c, fd);
+	return shm_drain_tokens(c, fd, to_end);
 }
 
 /* Sets our lease as consumer.  Extending it is written only when less
@@ -368,6 +386,22 @@ static void hot(struct shm_conn *c, int64_t until)
 		__atomic_store_n(&c->rx->hot_until, (uint64_t)until, __ATOMIC_SEQ_CST);
 }
 
+/* 1 if a token sits in our kernel socket, so that the kernel shows it
+ * readable.  The flag says only that a token was sent, not that it is
+ * still there: any earlier drain may have taken the byte of a flag a
+ * producer set again after the drain's clear, and the flag then stays set
+ * with nothing behind it; a partial read that trusted it would hide the
+ * rest from every poller (tests/unit/test_shm_tokens.c).  So the kernel is
+ * asked, only when the flag alone says yes. */
+static int token_in_kernel(struct shm_conn *c, int fd)
+{
+	int inq = 0;
+
+	if (!__atomic_load_n(&c->rx->token, __ATOMIC_ACQUIRE))
+		return 0;
+	return dsock_real.ioctl(fd, SIOCINQ, &inq) == 0 && inq > 0;
+}
+
 /* Leaving the consumer side: no longer polling; keep the readiness the
  * kernel shows honest (a token backs every non-empty ring, or we note that
  * none does).  Returns 1 on kernel EOF, -errno on a kernel error, else 0. */
@@ -380,15 +414,12 @@ static int rx_settle(struct shm_conn *c, int fd)
 	hot(c, 0);
 	avail = rx_avail(c, &head);
 	if (avail == 0 && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) && tokens_flagged(c)) {
-		k = clear_and_drain(c, fd);
+		k = clear_and_drain(c, fd, 0);
 		avail = rx_avail(c, &head);
 		drained = 1;
 	}
-	/* Data with no token behind it is hidden from the kernel's readiness.
-	 * After a drain, the flag cannot be trusted: a producer may have set it
-	 * again and its token gone down the drain with the others. */
-	dsock_hidden_set(c->sock, &c->unbacked,
-			 avail > 0 && (drained || !__atomic_load_n(&c->rx->token, __ATOMIC_ACQUIRE)));
+	/* Data with no token behind it is hidden from the kernel's readiness. */
+	dsock_hidden_set(c->sock, &c->unbacked, avail > 0 && (drained || !token_in_kernel(c, fd)));
 	return k;
 }
 
@@ -429,7 +460,7 @@ static int rx_leave(struct shm_conn *c, int fd)
 		 * them, or the kernel shows a readable socket with nothing to read
 		 * (to pollers we do not see, to a nested epoll, to close: RST) */
 		if (tokens_flagged(c) && rx_avail(c, &head) == 0) {
-			int k = clear_and_drain(c, fd);
+			int k = clear_and_drain(c, fd, 0);
 			if (k)
 				return k;
 		}
@@ -878,7 +909,7 @@ again:
 				/* after the switch every kernel byte is a token, whatever
 				 * the flag says (a token can land after its flag was
 				 * cleared): drain them, or the sleep below never sleeps */
-				k = clear_and_drain(c, fd);
+				k = clear_and_drain(c, fd, 1);
 			} else {
 				k = pk == 0 ? 1 : errno != EAGAIN ? -errno : 0;
 			}
@@ -954,6 +985,20 @@ again:
 			break;
 		}
 		/* data, token, EOF or error: look again */
+	}
+	if (c->state == SC_ATTACHED && !__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
+		/* The peer may have switched while we were hot: its first ring
+		 * bytes then came with no token, and once its last kernel byte is
+		 * read the kernel shows nothing.  End the lease, then look (seq_cst
+		 * both sides: it publishes switch_off before any ring byte and
+		 * looks at our lease after each): switched and its kernel bytes
+		 * all read means the ring is ours, to settle as usual.  (The
+		 * soak's stall: the server had read exactly up to the client's
+		 * switch offset and 33,485 bytes sat in its ring unseen.) */
+		hot(c, 0);
+		uint64_t sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_SEQ_CST);
+		if (sw != DSOCK_SWITCH_NONE && __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE) >= sw)
+			__atomic_store_n(&c->me->rx_switched, 1, __ATOMIC_SEQ_CST);
 	}
 	if (c->state == SC_ATTACHED && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
 		int k = !eof && !err_is_fatal(err) ? rx_leave(c, fd) : rx_settle(c, fd);
@@ -1050,7 +1095,7 @@ void shm_closing(struct dsock_sock *s, int fd)
 		/* the ring is closed: the kernel decides FIN or RST by what is
 		 * unread, once the tokens are out of the way */
 		if (__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE))
-			shm_drain_tokens(c, fd);
+			shm_drain_tokens(c, fd, 1);
 		return;
 	}
 	if (rx_avail(c, &head) != 0) {
@@ -1060,7 +1105,7 @@ void shm_closing(struct dsock_sock *s, int fd)
 	}
 	hot(c, INT64_MAX); /* no more tokens to us */
 	if (__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE))
-		shm_drain_tokens(c, fd);
+		shm_drain_tokens(c, fd, 1);
 }
 
 int shm_writable(struct dsock_sock *s)
@@ -1128,7 +1173,7 @@ int shm_spurious_in(struct dsock_sock *s, int fd)
 	/* only tokens: every byte here is one, and no FIN or error follows */
 	n = dsock_real.recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
 	if (n > 0) {
-		int k = clear_and_drain(c, fd);
+		int k = clear_and_drain(c, fd, 1);
 		int64_t avail = rx_avail(c, &head);
 		n = k == 0 && avail == 0 ? 1 : 0;
 		/* data came in meanwhile, and its token may have gone down the

@@ -160,7 +160,7 @@ static int rx_plain(struct shm_conn *c)
 static int discard_tokens(struct shm_conn *c, int fd)
 {
 	uint64_t sw, dn, kr;
-	int r = shm_drain_tokens(c, fd);
+	int r = shm_drain_tokens(c, fd, 1);
 
 	peer_offsets(c, &sw, &dn, &kr);
 	return r < 0 ? r : kr >= dn ? 1 : r == 1 ? 2 : 0;

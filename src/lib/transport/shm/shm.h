@@ -35,7 +35,10 @@ struct shm_conn {
 	int wr_shut;         /* shut down for writing (maybe before attaching) */
 	int side;            /* 0 connect end, 1 accept end */
 	int role;            /* DSOCK_ROLE_*, for the offer */
-	int memfd;
+	int exec_memfd;      /* fetched for an exec under way (else -1), valid
+			      * in process exec_memfd_pid only (a vfork child
+			      * writes our memory) */
+	int exec_memfd_pid;
 	struct dsock_shm_hdr *h;
 	size_t map_len;
 	uint32_t size;       /* ring size, read once at attach, never again */
@@ -146,6 +149,8 @@ int shm_lock(uint32_t *w);
 /* Frees a lock word whose holder no longer exists; 1 if it did. */
 int shm_reap_dead_holder(uint32_t *w);
 int shm_trylock(uint32_t *w);
+/* In a fork child: the lock owner id cached from the parent is wrong. */
+void shm_forget_tid(void);
 void shm_unlock(uint32_t *w);
 /* Data bytes ever written to the kernel socket (tokens included once
  * switched), or -1. */
@@ -154,8 +159,9 @@ int64_t shm_kernel_sent(int fd);
  * peer's switch offset.  Bytes, 0 on EOF, -EAGAIN, -errno. */
 ssize_t shm_rx_kernel(struct shm_conn *c, int fd, struct msghdr *m, size_t off, size_t want, int flags);
 /* Reads and discards tokens (rx lock held), counting them in side.kread,
- * never past a published down_off.  0, 1 on kernel EOF, or -errno. */
-int shm_drain_tokens(struct shm_conn *c, int fd);
+ * never past a published down_off; to_end: until EAGAIN or EOF, else up
+ * to a short read.  0, 1 on kernel EOF, or -errno. */
+int shm_drain_tokens(struct shm_conn *c, int fd, int to_end);
 /* Wakes the peer with a token on our kernel stream (switching it first if
  * need be); 0, or -EAGAIN if our stream cannot carry a token now. */
 int shm_wake_peer(struct shm_conn *c, int fd);

@@ -1,0 +1,180 @@
+/* Wake-up token bookkeeping on one fast-path connection (both ends in this
+ * process, tests/unit/shm_pair.h).
+ *
+ * A token flag can outlive its byte: a consumer clears the flag, then
+ * drains; a producer that sets the flag again and sends its byte in
+ * between has its byte taken by that drain, and the flag stays set with
+ * nothing behind it.  A later partial read must not take that flag as a
+ * token backing the data left in the ring, or the data is invisible to
+ * every poller and the peer, having sent its last byte, waits forever for
+ * an answer (the integrity soak's stall: the server's ring held the
+ * client's last 4,005 bytes, FIONREAD said so, and poll never did).  Here
+ * the state is made directly: the test takes the byte from the kernel
+ * socket itself, as that drain did, and then reads part of the data.
+ *
+ * Then the FIN behind tokens that an edge-triggered epoll must still
+ * report, and a peer that switches to the ring while we receive (below). */
+#include "unit/unit.h"
+#include "unit/shm_pair.h"
+#include "lib/interpose/real.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <time.h>
+
+/* Takes the one token byte from fd's kernel socket, as a drain would:
+ * 1 if it took one (waits up to 1 s for it to arrive). */
+static int steal_token(int fd)
+{
+	for (int i = 0; i < 1000; i++) {
+		char t;
+		if (dsock_real.recv(fd, &t, 1, MSG_DONTWAIT) == 1)
+			return 1;
+		usleep(1000);
+	}
+	return 0;
+}
+
+static void stale_flag_after_partial_read(int lfd, struct sockaddr_in *la)
+{
+	struct conn k;
+	unsigned char out[100], in[100];
+	int inq = -1;
+
+	make_conn(&k, lfd, la);
+	for (int i = 0; i < 100; i++)
+		out[i] = (unsigned char)(i * 7 + 1);
+	ASSERT_EQ(send(k.a, out, sizeof(out), 0), 100);
+	/* a -> b is ring 0; its consumer was not polling, so a token went */
+	ASSERT_EQ(__atomic_load_n(&k.h->ring[0].token, __ATOMIC_ACQUIRE), 1);
+	ASSERT_EQ(steal_token(k.b), 1);
+	ASSERT_EQ(k.h->ring[0].token, 1); /* the flag outlived its byte */
+
+	ASSERT_EQ(recv(k.b, in, 10, 0), 10);
+	ASSERT_EQ(ioctl(k.b, FIONREAD, &inq), 0);
+	ASSERT_EQ(inq, 90);
+	/* 90 bytes unread: readable, as the kernel would say, to each poller */
+	struct pollfd p = { k.b, POLLIN, 0 };
+	ASSERT_EQ(poll(&p, 1, 0), 1);
+	ASSERT_EQ(p.revents, POLLIN);
+	fd_set rd;
+	struct timeval tv = { 0, 0 };
+	FD_ZERO(&rd);
+	FD_SET(k.b, &rd);
+	ASSERT_EQ(select(k.b + 1, &rd, NULL, NULL, &tv), 1);
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0xfeed }, got[2];
+	ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, k.b, &ev), 0);
+	ASSERT_EQ(epoll_wait(ep, got, 2, 0), 1);
+	ASSERT_EQ(got[0].data.u64, 0xfeed);
+	close(ep);
+	/* and a blocking poll does not sleep through it */
+	p.revents = 0;
+	ASSERT_EQ(poll(&p, 1, 2000), 1);
+
+	ASSERT_EQ(recv(k.b, in + 10, 90, MSG_DONTWAIT), 90);
+	ASSERT_EQ(memcmp(in, out, sizeof(out)), 0);
+	/* drained dry: no longer readable */
+	p.revents = 0;
+	ASSERT_EQ(poll(&p, 1, 0), 0);
+	close(k.a);
+	close(k.b);
+	close(k.memfd);
+	munmap(k.h, DSOCK_SHM_HDR + 2 * RING);
+}
+
+/* Tokens left in the kernel socket with the peer's FIN behind them and the
+ * ring empty: the token filter drains them, and must see the FIN there, or
+ * it drops the edge-triggered event that is the only news of the EOF (a
+ * drain that stopped at its first short read did). */
+static void eof_behind_tokens_edge_triggered(int lfd, struct sockaddr_in *la)
+{
+	struct conn k;
+	char b[8];
+
+	make_conn(&k, lfd, la);
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.u64 = 0xe0f }, got[2];
+	ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, k.b, &ev), 0);
+	ASSERT_EQ(send(k.a, "x", 1, 0), 1);
+	ASSERT_EQ(epoll_wait(ep, got, 2, 1000), 1);
+	ASSERT_EQ(recv(k.b, b, sizeof(b), 0), 1);
+	/* tokens whose flags a drain already cleared (they came late) */
+	ASSERT_EQ(dsock_real.send(k.a, "ttt", 3, 0), 3);
+	ASSERT_EQ(shutdown(k.a, SHUT_WR), 0);
+	struct pollfd kp = { k.b, POLLRDHUP, 0 };
+	ASSERT_EQ(dsock_real.poll(&kp, 1, 1000), 1); /* the FIN is in */
+	ASSERT_EQ(epoll_wait(ep, got, 2, 1000), 1);
+	ASSERT_EQ(got[0].events & EPOLLIN, EPOLLIN);
+	ASSERT_EQ(recv(k.b, b, sizeof(b), MSG_DONTWAIT), 0);
+	close(ep);
+	close(k.a);
+	close(k.b);
+	close(k.memfd);
+	munmap(k.h, DSOCK_SHM_HDR + 2 * RING);
+}
+
+/* The peer switches to the ring while we are in a receive (hot, so its
+ * first ring bytes come with no token) and that receive reads the last of
+ * its kernel bytes: leaving, we must look at the ring, or the ring data
+ * stays invisible (the soak's stall: the server had read exactly up to the
+ * client's switch offset, rx_switched still 0, 33,485 bytes in the ring,
+ * no token; found with the soak held for a debugger). */
+static void switch_while_hot(int lfd, struct sockaddr_in *la)
+{
+	struct conn k;
+	char pre[100], in[200], post[50];
+
+	make_conn(&k, lfd, la);
+	/* a -> b: a has not switched, b reads the kernel */
+	k.h->side[0].switch_off = DSOCK_SWITCH_NONE;
+	k.h->side[1].rx_switched = 0;
+	memset(pre, 'k', sizeof(pre));
+	memset(post, 'r', sizeof(post));
+	ASSERT_EQ(dsock_real.send(k.a, pre, sizeof(pre), 0), 100); /* before a's switch */
+	int unsent = 1;
+	for (int i = 0; i < 1000 && unsent; i++) {
+		ioctl(k.a, SIOCOUTQNSD, &unsent);
+		usleep(100);
+	}
+	/* b spins in a receive (a long lease, for determinism) when a switches */
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	__atomic_store_n(&k.h->ring[0].hot_until, (uint64_t)(now.tv_sec + 10) * 1000000000ull, __ATOMIC_SEQ_CST);
+	ASSERT_EQ(send(k.a, post, sizeof(post), 0), 50);
+	ASSERT_EQ(k.h->side[0].switch_off, 100); /* it switched after its 100 kernel bytes */
+	ASSERT_EQ(k.h->ring[0].token, 0);        /* and b was hot: no token */
+	/* b's receive reads exactly the kernel bytes, and leaves */
+	ASSERT_EQ(recv(k.b, in, 100, MSG_DONTWAIT), 100);
+	ASSERT_EQ(memcmp(in, pre, 100), 0);
+	struct pollfd p = { k.b, POLLIN, 0 };
+	ASSERT_EQ(poll(&p, 1, 1000), 1); /* the ring's 50 bytes are readable */
+	ASSERT_EQ(recv(k.b, in, sizeof(in), MSG_DONTWAIT), 50);
+	ASSERT_EQ(memcmp(in, post, 50), 0);
+	close(k.a);
+	close(k.b);
+	close(k.memfd);
+	munmap(k.h, DSOCK_SHM_HDR + 2 * RING);
+}
+
+int main(int argc, char **argv)
+{
+	struct sockaddr_in la = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof(la);
+	int lfd;
+
+	unit_isolate(argv, "TEST_SHM_TOKENS_CHILD");
+	(void)argc;
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&la, sizeof(la)) < 0 || listen(lfd, 8) < 0 ||
+	    getsockname(lfd, (struct sockaddr *)&la, &l) < 0)
+		return 1;
+	stale_flag_after_partial_read(lfd, &la);
+	eof_behind_tokens_edge_triggered(lfd, &la);
+	switch_while_hot(lfd, &la);
+	UNIT_DONE();
+}
