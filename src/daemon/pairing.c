@@ -54,15 +54,16 @@ struct dd_live {
 	int memfd;
 	struct dd_live *next;
 };
-static struct dd_live *live, *sweep_at;
+static struct dd_live *live;
+static struct dd_live **sweep_pp; /* the link to the record sweep_some looks at next */
 static unsigned long n_live;
 
 static void live_free(struct dd_live **pp)
 {
 	struct dd_live *x = *pp;
 
-	if (sweep_at == x)
-		sweep_at = x->next;
+	if (sweep_pp == &x->next)
+		sweep_pp = pp;
 	*pp = x->next;
 	close(x->memfd);
 	free(x);
@@ -113,21 +114,13 @@ static int live_is_dead(const struct dd_live *x)
  * memory allocated.  Called per new pairing, so an idle daemon does nothing. */
 static void sweep_some(int n)
 {
-	struct dd_live **pp;
-
 	for (int i = 0; i < n && live; i++) {
-		if (!sweep_at)
-			sweep_at = live;
-		for (pp = &live; *pp && *pp != sweep_at; pp = &(*pp)->next)
-			;
-		if (!*pp) {
-			sweep_at = NULL;
-			continue;
-		}
-		if (live_is_dead(*pp))
-			live_free(pp);
+		if (!sweep_pp || !*sweep_pp)
+			sweep_pp = &live;
+		if (live_is_dead(*sweep_pp))
+			live_free(sweep_pp); /* the link now names the next record */
 		else
-			sweep_at = sweep_at->next;
+			sweep_pp = &(*sweep_pp)->next;
 	}
 }
 

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <linux/futex.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
@@ -234,11 +235,15 @@ static int switch_tx_locked(struct shm_conn *c, int fd, int force)
 		return -EPIPE; /* shut down before switching: nothing more to send */
 	if (shm_down_any(c) && !force)
 		return -EAGAIN; /* going back to the kernel: stay there */
-	/* switch only when the kernel holds nothing unsent: while the peer's
-	 * window is full the kernel's backpressure (blocking, SO_SNDTIMEO,
-	 * EAGAIN) stays exactly as it was; the ring adds no capacity */
-	int unsent = 0;
-	if (dsock_real.ioctl(fd, SIOCOUTQNSD, &unsent) < 0 || unsent > 0)
+	/* switch only while the kernel would take more (writable): a sender
+	 * whose peer's window is full keeps the kernel's backpressure
+	 * (blocking, SO_SNDTIMEO, EAGAIN) exactly as it was.  Bytes still
+	 * unsent in the kernel are counted in `sent` and go first: the
+	 * receiver reads up to switch_off before the ring.  (Until session 6
+	 * it waited for nothing unsent: a bulk sender that began before the
+	 * pairing then never switched, e.g. a 32 MiB download from nginx.) */
+	struct pollfd wp = { .fd = fd, .events = POLLOUT };
+	if (dsock_real.poll(&wp, 1, 0) != 1 || !(wp.revents & POLLOUT))
 		return -EAGAIN;
 	sent = shm_kernel_sent(fd) - c->tx_base;
 	if (sent < 0)
@@ -285,6 +290,7 @@ static void space_freed(struct shm_conn *c, int fd)
 
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&c->rx->tx_waiting, __ATOMIC_RELAXED)) {
+
 		w = __atomic_exchange_n(&c->rx->tx_waiting, 0, __ATOMIC_SEQ_CST);
 		__atomic_add_fetch(&c->rx->space_seq, 1, __ATOMIC_SEQ_CST);
 		syscall(SYS_futex, &c->rx->space_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
