@@ -688,10 +688,13 @@ again:
 		}
 		if (space == 0) {
 			if (done || nonblocking(s, fd, flags)) {
-				if (!done && !announced) {
+				if (!announced && (!done || (dsock_real.fcntl(fd, F_GETFL) & O_NONBLOCK))) {
 					/* a poller will wait for space: ask for a token, then
 					 * look again (seq_cst both sides): space freed in
-					 * between would otherwise wake nobody */
+					 * between would otherwise wake nobody.  After a short
+					 * write too (a nonblocking socket): an edge-triggered
+					 * writer (nginx: IN|OUT|ET) then waits for an edge that
+					 * only this token gives (tests/unit/test_shm_tokens.c) */
 					__atomic_fetch_or(&c->tx->tx_waiting, DSOCK_TXW_POLL, __ATOMIC_SEQ_CST);
 					announced = 1;
 					continue;
