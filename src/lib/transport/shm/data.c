@@ -1176,6 +1176,21 @@ int shm_spurious_in(struct dsock_sock *s, int fd)
 		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
 			return shm_spurious_down(c, fd);
 	}
+	if (c && c->state == SC_ATTACHED && !__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) &&
+	    !shm_lock(&c->rx->rx_lock)) {
+		/* A side that only writes (nginx sending a file) never receives,
+		 * so its receive side never learned that the peer switched: the
+		 * peer's space tokens then piled up unread (148 in one stall), its
+		 * delayed ACKs let the peer's 1-byte tokens fill the congestion
+		 * window, and the next space token waited in the peer's send
+		 * queue for a 40 ms ACK: a 64 MiB download from nginx took 0.8 s
+		 * instead of 0.1.  Once the kernel holds no more of the peer's
+		 * data, every byte there is a token. */
+		uint64_t sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_SEQ_CST);
+		if (sw != DSOCK_SWITCH_NONE && __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE) >= sw)
+			__atomic_store_n(&c->me->rx_switched, 1, __ATOMIC_SEQ_CST);
+		shm_unlock(&c->rx->rx_lock);
+	}
 	if (!c || c->state != SC_ATTACHED || !__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) ||
 	    rx_avail(c, &head) != 0 || shm_lock(&c->rx->rx_lock))
 		return 0;
