@@ -13,8 +13,8 @@
  * socket itself, as that drain did, and then reads part of the data.
  *
  * Then the FIN behind tokens that an edge-triggered epoll must still
- * report, a peer that switches to the ring while we receive, and a sender
- * that switches with bytes still unsent in the kernel (below). */
+ * report, a peer that switches to the ring while we receive, and the
+ * wake-ups of writers (below). */
 #include "unit/unit.h"
 #include "unit/shm_pair.h"
 #include "lib/interpose/real.h"
@@ -163,78 +163,6 @@ static void switch_while_hot(int lfd, struct sockaddr_in *la)
 	munmap(k.h, DSOCK_SHM_HDR + 2 * RING);
 }
 
-/* A sender that switches while the kernel still holds bytes it has not
- * sent (a bulk transfer that began before the pairing): it must switch as
- * soon as the kernel would take more, and the receiver must get every
- * kernel byte before the first ring byte. */
-static unsigned char bulk(long i)
-{
-	return (unsigned char)(i * 31 + (i >> 11));
-}
-
-static void switch_with_unsent_bytes(int lfd, struct sockaddr_in *la)
-{
-	struct conn k;
-	static unsigned char buf[1 << 16];
-	long sent = 0, got = 0, bad = -1;
-	int unsent = 0;
-
-	make_conn(&k, lfd, la);
-	k.h->side[0].switch_off = DSOCK_SWITCH_NONE;
-	k.h->side[1].rx_switched = 0;
-	/* fill the kernel (b does not read): a window's worth in flight, the
-	 * rest unsent */
-	for (;;) {
-		for (int i = 0; i < (int)sizeof(buf); i++)
-			buf[i] = bulk(sent + i);
-		ssize_t w = dsock_real.send(k.a, buf, sizeof(buf), MSG_DONTWAIT);
-		if (w <= 0)
-			break;
-		sent += w;
-	}
-	/* b reads until the kernel would take more from a, with bytes unsent */
-	for (int tries = 0; tries < 10000; tries++) {
-		struct pollfd p = { k.a, POLLOUT, 0 };
-		if (dsock_real.poll(&p, 1, 0) == 1 && (p.revents & POLLOUT))
-			break;
-		ssize_t r = recv(k.b, buf, 4096, MSG_DONTWAIT);
-		for (ssize_t i = 0; i < r; i++)
-			if (buf[i] != bulk(got + i) && bad < 0)
-				bad = got + i;
-		if (r > 0)
-			got += r;
-		else
-			usleep(100);
-	}
-	ioctl(k.a, SIOCOUTQNSD, &unsent);
-	ASSERT_TRUE(unsent > 0); /* (else this would not test the case) */
-	for (int i = 0; i < 1000; i++)
-		buf[i] = bulk(sent + i);
-	ASSERT_EQ(send(k.a, buf, 1000, MSG_DONTWAIT), 1000);
-	ASSERT_EQ(k.h->side[0].switch_off, sent); /* switched, after its kernel bytes */
-	sent += 1000;
-	/* b gets every byte in order: the kernel's first, then the ring's */
-	for (int idle = 0; got < sent && idle < 2000;) {
-		ssize_t r = recv(k.b, buf, sizeof(buf), MSG_DONTWAIT);
-		if (r <= 0) {
-			idle++;
-			usleep(500);
-			continue;
-		}
-		for (ssize_t i = 0; i < r; i++)
-			if (buf[i] != bulk(got + i) && bad < 0)
-				bad = got + i;
-		got += r;
-	}
-	ASSERT_EQ(got, sent);
-	ASSERT_EQ(bad, -1);
-	ASSERT_EQ(k.h->side[1].rx_switched, 1);
-	close(k.a);
-	close(k.b);
-	close(k.memfd);
-	munmap(k.h, DSOCK_SHM_HDR + 2 * RING);
-}
-
 /* A nonblocking writer whose write came back short (the ring filled) and
  * that then waits, edge-triggered, as nginx does (IN|OUT|RDHUP|ET): the
  * reader freeing space must give it an edge (a space token), as the
@@ -318,7 +246,6 @@ int main(int argc, char **argv)
 	stale_flag_after_partial_read(lfd, &la);
 	eof_behind_tokens_edge_triggered(lfd, &la);
 	switch_while_hot(lfd, &la);
-	switch_with_unsent_bytes(lfd, &la);
 	short_write_then_epollout(lfd, &la);
 	writer_only_drains_space_tokens(lfd, &la);
 	UNIT_DONE();

@@ -235,15 +235,15 @@ static int switch_tx_locked(struct shm_conn *c, int fd, int force)
 		return -EPIPE; /* shut down before switching: nothing more to send */
 	if (shm_down_any(c) && !force)
 		return -EAGAIN; /* going back to the kernel: stay there */
-	/* switch only while the kernel would take more (writable): a sender
-	 * whose peer's window is full keeps the kernel's backpressure
-	 * (blocking, SO_SNDTIMEO, EAGAIN) exactly as it was.  Bytes still
-	 * unsent in the kernel are counted in `sent` and go first: the
-	 * receiver reads up to switch_off before the ring.  (Until session 6
-	 * it waited for nothing unsent: a bulk sender that began before the
-	 * pairing then never switched, e.g. a 32 MiB download from nginx.) */
-	struct pollfd wp = { .fd = fd, .events = POLLOUT };
-	if (dsock_real.poll(&wp, 1, 0) != 1 || !(wp.revents & POLLOUT))
+	/* switch only when the kernel holds nothing unsent: while the peer's
+	 * window is full the kernel's backpressure (blocking, SO_SNDTIMEO,
+	 * EAGAIN) stays exactly as it was; the ring adds no capacity.  (Session
+	 * 6 tried switching whenever the kernel was writable; a threaded echo
+	 * then hung once in 8 runs, a reader blocked in a kernel read that
+	 * began before the socket had a transport: reverted, see
+	 * docs/ARCHITECTURE.md, known limits.) */
+	int unsent = 0;
+	if (dsock_real.ioctl(fd, SIOCOUTQNSD, &unsent) < 0 || unsent > 0)
 		return -EAGAIN;
 	sent = shm_kernel_sent(fd) - c->tx_base;
 	if (sent < 0)
