@@ -537,10 +537,10 @@ _Atomic long dsock_shm_ring_conns;
 
 static void count_ring_use(struct shm_conn *c)
 {
-	if (!c->used_ring) {
-		c->used_ring = 1;
+	/* a reader and a writer thread may get here first at once (TSan) */
+	if (!__atomic_load_n(&c->used_ring, __ATOMIC_RELAXED) &&
+	    !__atomic_exchange_n(&c->used_ring, 1, __ATOMIC_RELAXED))
 		atomic_fetch_add(&dsock_shm_ring_conns, 1);
-	}
 }
 
 static int err_is_fatal(int err)
