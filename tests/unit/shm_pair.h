@@ -70,4 +70,13 @@ static void make_conn(struct conn *k, int lfd, struct sockaddr_in *la)
 	}
 }
 
+/* Closes both ends and the memory of a pair from make_conn. */
+static void drop_conn(struct conn *k)
+{
+	close(k->a);
+	close(k->b);
+	close(k->memfd);
+	munmap(k->h, DSOCK_SHM_HDR + 2 * RING);
+}
+
 #endif

@@ -286,10 +286,7 @@ static void handover_while_spinning(int lfd, struct sockaddr_in *la)
 			break;
 		}
 		ok++;
-		close(k.a);
-		close(k.b);
-		close(k.memfd);
-		munmap(k.h, DSOCK_SHM_HDR + 2 * RING);
+		drop_conn(&k);
 	}
 	fprintf(stderr, "a hand-over while the peer spins: %d of %d rounds exact\n", ok, rounds);
 }

@@ -83,10 +83,7 @@ static void stale_flag_after_partial_read(int lfd, struct sockaddr_in *la)
 	/* drained dry: no longer readable */
 	p.revents = 0;
 	ASSERT_EQ(poll(&p, 1, 0), 0);
-	close(k.a);
-	close(k.b);
-	close(k.memfd);
-	munmap(k.h, DSOCK_SHM_HDR + 2 * RING);
+	drop_conn(&k);
 }
 
 /* Tokens left in the kernel socket with the peer's FIN behind them and the
@@ -114,10 +111,7 @@ static void eof_behind_tokens_edge_triggered(int lfd, struct sockaddr_in *la)
 	ASSERT_EQ(got[0].events & EPOLLIN, EPOLLIN);
 	ASSERT_EQ(recv(k.b, b, sizeof(b), MSG_DONTWAIT), 0);
 	close(ep);
-	close(k.a);
-	close(k.b);
-	close(k.memfd);
-	munmap(k.h, DSOCK_SHM_HDR + 2 * RING);
+	drop_conn(&k);
 }
 
 /* The peer switches to the ring while we are in a receive (hot, so its
@@ -157,10 +151,7 @@ static void switch_while_hot(int lfd, struct sockaddr_in *la)
 	ASSERT_EQ(poll(&p, 1, 1000), 1); /* the ring's 50 bytes are readable */
 	ASSERT_EQ(recv(k.b, in, sizeof(in), MSG_DONTWAIT), 50);
 	ASSERT_EQ(memcmp(in, post, 50), 0);
-	close(k.a);
-	close(k.b);
-	close(k.memfd);
-	munmap(k.h, DSOCK_SHM_HDR + 2 * RING);
+	drop_conn(&k);
 }
 
 /* A nonblocking writer whose write came back short (the ring filled) and
@@ -196,10 +187,7 @@ static void short_write_then_epollout(int lfd, struct sockaddr_in *la)
 	ASSERT_EQ(n, 1);
 	ASSERT_TRUE(n == 1 && (got[0].events & EPOLLOUT));
 	close(ep);
-	close(k.a);
-	close(k.b);
-	close(k.memfd);
-	munmap(k.h, DSOCK_SHM_HDR + 2 * RING);
+	drop_conn(&k);
 }
 
 /* A side that only writes (nginx sending a file) never receives, so its
@@ -225,10 +213,7 @@ static void writer_only_drains_space_tokens(int lfd, struct sockaddr_in *la)
 	ASSERT_EQ(inq, 0); /* and it was taken */
 	ASSERT_EQ(k.h->side[0].rx_switched, 1);
 	close(ep);
-	close(k.a);
-	close(k.b);
-	close(k.memfd);
-	munmap(k.h, DSOCK_SHM_HDR + 2 * RING);
+	drop_conn(&k);
 }
 
 int main(int argc, char **argv)
