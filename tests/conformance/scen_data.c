@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
@@ -389,4 +390,87 @@ DGRAM_SCEN(send_to_nobody)
 	msleep(20);
 	R("recv dontwait", recv(c, b, 4, MSG_DONTWAIT));
 	R("recv dontwait again", recv(c, b, 4, MSG_DONTWAIT));
+}
+
+/* A fresh connection's first calls made by two threads at once, on both
+ * ends: a reader and a writer on the client, an echo thread on the server
+ * (Python's threaded echo).  Under dsock the first call offers the
+ * connection to the daemon and a later one attaches its answer; two
+ * threads got there together: both offered (a looping pending list: the
+ * process spun forever) or both attached (the second on a closed memfd,
+ * sending back to the kernel a connection whose peer had already moved to
+ * its ring: a hang).  Several cold connections, more bytes than the
+ * kernel buffers hold, every byte checked. */
+#define COLD_CONNS 12
+#define COLD_BYTES (1L << 20)
+
+struct cold {
+	int fd;
+	atomic_int *go; /* a spinning barrier: both first calls at once */
+	char *buf;
+	long got;
+};
+
+static void *cold_echo(void *arg)
+{
+	struct cold *k = arg;
+	char buf[65536];
+	ssize_t n;
+
+	while ((n = recv(k->fd, buf, sizeof(buf), 0)) > 0)
+		if (write_all(k->fd, buf, (size_t)n) != n)
+			break;
+	close(k->fd);
+	return NULL;
+}
+
+static void *cold_reader(void *arg)
+{
+	struct cold *k = arg;
+	ssize_t n;
+
+	atomic_fetch_add(k->go, 1);
+	while (atomic_load(k->go) < 2)
+		;
+	while (k->got < COLD_BYTES && (n = recv(k->fd, k->buf + k->got, (size_t)(COLD_BYTES - k->got), 0)) > 0)
+		k->got += n;
+	return NULL;
+}
+
+STREAM_SCEN(threads_first_calls_cold)
+{
+	struct sockaddr_storage a;
+	socklen_t al;
+	int l = fam_server(f, &a, &al), exact = 0;
+	char *data = malloc(COLD_BYTES), *back = malloc(COLD_BYTES);
+
+	fill(data, COLD_BYTES, 7);
+	for (int i = 0; i < COLD_CONNS; i++) {
+		atomic_int go = 0;
+		pthread_t te, tr;
+		struct cold srv = { 0 }, cli = { 0 };
+		int c = fam_socket(f, 0);
+
+		if (connect(c, (struct sockaddr *)&a, al) < 0 || (srv.fd = accept(l, NULL, NULL)) < 0) {
+			out("stream pair failed: %s", ename(errno));
+			exit(3);
+		}
+		cli = (struct cold){ .fd = c, .go = &go, .buf = back };
+		memset(back, 0, COLD_BYTES);
+		pthread_create(&te, NULL, cold_echo, &srv);
+		pthread_create(&tr, NULL, cold_reader, &cli);
+		atomic_fetch_add(&go, 1); /* the writer's first call with the reader's */
+		while (atomic_load(&go) < 2)
+			;
+		long w = write_all(c, data, COLD_BYTES);
+		pthread_join(tr, NULL);
+		shutdown(c, SHUT_WR);
+		pthread_join(te, NULL);
+		close(c);
+		exact += w == COLD_BYTES && cli.got == COLD_BYTES && !memcmp(back, data, COLD_BYTES);
+	}
+	close(l);
+	out("connections echoed byte-exact: %d of %d", exact, COLD_CONNS);
+	free(data);
+	free(back);
 }

@@ -27,15 +27,22 @@ struct conn {
 	struct dsock_shm_hdr *h;
 };
 
-static void make_conn(struct conn *k, int lfd, struct sockaddr_in *la)
+/* A loopback listener on an ephemeral port (*la gets its address), or -1. */
+static inline int loopback_listener(struct sockaddr_in *la)
 {
-	char env[160];
+	socklen_t l = sizeof(*la);
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
-	k->a = socket(AF_INET, SOCK_STREAM, 0);
-	if (k->a < 0 || connect(k->a, (struct sockaddr *)la, sizeof(*la)) < 0 || (k->b = accept(lfd, NULL, NULL)) < 0) {
-		perror("loopback pair");
-		exit(1);
-	}
+	*la = (struct sockaddr_in){ .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)la, sizeof(*la)) < 0 || listen(lfd, 8) < 0 ||
+	    getsockname(lfd, (struct sockaddr *)la, &l) < 0)
+		return -1;
+	return lfd;
+}
+
+/* A connection's memory as the daemon makes it (k->memfd, mapped at k->h). */
+static inline void make_memfd(struct conn *k)
+{
 	size_t len = DSOCK_SHM_HDR + 2 * RING;
 	k->memfd = memfd_create("test-shm", MFD_ALLOW_SEALING | MFD_CLOEXEC);
 	if (k->memfd < 0 || ftruncate(k->memfd, (off_t)len) < 0 ||
@@ -48,6 +55,18 @@ static void make_conn(struct conn *k, int lfd, struct sockaddr_in *la)
 	k->h->version = DSOCK_SHM_VERSION;
 	k->h->ring_size = RING;
 	k->h->data_off = DSOCK_SHM_HDR;
+}
+
+static inline void make_conn(struct conn *k, int lfd, struct sockaddr_in *la)
+{
+	char env[160];
+
+	k->a = socket(AF_INET, SOCK_STREAM, 0);
+	if (k->a < 0 || connect(k->a, (struct sockaddr *)la, sizeof(*la)) < 0 || (k->b = accept(lfd, NULL, NULL)) < 0) {
+		perror("loopback pair");
+		exit(1);
+	}
+	make_memfd(k);
 	for (int i = 0; i < 2; i++) {
 		k->h->side[i].attached = DSOCK_ATT_ATTACHED;
 		k->h->side[i].switch_off = 0;
@@ -71,7 +90,7 @@ static void make_conn(struct conn *k, int lfd, struct sockaddr_in *la)
 }
 
 /* Closes both ends and the memory of a pair from make_conn. */
-static void drop_conn(struct conn *k)
+static inline void drop_conn(struct conn *k)
 {
 	close(k->a);
 	close(k->b);

@@ -293,16 +293,14 @@ static void handover_while_spinning(int lfd, struct sockaddr_in *la)
 
 int main(int argc, char **argv)
 {
-	struct sockaddr_in la = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t l = sizeof(la);
+	struct sockaddr_in la;
 	struct conn k1, k2, k3;
 	int lfd;
 
 	unit_isolate(argv, "TEST_SHM_THREADS_CHILD");
 	(void)argc;
-	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (lfd < 0 || bind(lfd, (struct sockaddr *)&la, sizeof(la)) < 0 || listen(lfd, 8) < 0 ||
-	    getsockname(lfd, (struct sockaddr *)&la, &l) < 0)
+	lfd = loopback_listener(&la);
+	if (lfd < 0)
 		return 1;
 	make_conn(&k1, lfd, &la);
 	streams(&k1);

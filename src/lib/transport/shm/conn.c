@@ -141,7 +141,9 @@ static int map_conn(struct shm_conn *c, int memfd, int side, uint32_t size)
 
 /* Attaches a PAIRED result.  Must not run while a thread of ours is in a
  * kernel read of this socket (it could read a token as data once the peer
- * switches): then the result waits for the next call. */
+ * switches): then the result waits for the next call.  One attach at a
+ * time per connection: the result comes once, and a delayed one is
+ * claimed by one thread (shm_progress). */
 static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 {
 	struct shm_conn *c = shm_conn(s);
@@ -164,12 +166,12 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 	}
 	if (atomic_load(&c->kernel_rx_inflight) > 0 || pthread_mutex_timedlock(&c->mu, &until) != 0) {
 		atomic_store(&c->attaching, 0);
-		c->delayed_memfd = memfd;
 		c->delayed_side = side;
 		c->delayed_size = size;
+		/* release: a claimer (shm_progress) sees side and size too */
+		__atomic_store_n(&c->delayed_memfd, memfd, __ATOMIC_RELEASE);
 		return;
 	}
-	c->delayed_memfd = -1;
 	r = map_conn(c, memfd, side, size);
 	if (r) {
 		pthread_mutex_unlock(&c->mu);
@@ -339,32 +341,47 @@ int shm_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 	return 0;
 }
 
-int shm_progress(struct dsock_sock *s, int fd)
+/* OFFER_DUE: offers the connection once it is established.  One thread
+ * does it (a reader and a writer thread may both make a fresh connection's
+ * first calls: both offered, and the pending list looped on itself, seen
+ * as a threaded Python echo spinning in on_result); the others wait for
+ * it, since no byte may move before its calibration. */
+static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 {
-	struct shm_conn *c = shm_conn(s);
 	unsigned reason;
 
+	if (atomic_exchange(&c->offering, 1)) {
+		while (atomic_load(&c->offering))
+			sched_yield(); /* a system call and a message: short */
+		return;
+	}
 	if (c->state == SC_OFFER_DUE) {
 		/* the state, not SO_ERROR: reading that would consume a pending
 		 * error (a reset) that the application must still see */
 		struct tcp_info ti;
 		socklen_t l = sizeof(ti);
-		if (dsock_real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0) {
+		if (dsock_real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0 ||
+		    (ti.tcpi_state != TCP_ESTABLISHED && ti.tcpi_state != TCP_SYN_SENT &&
+		     ti.tcpi_state != TCP_SYN_RECV)) {
 			shm_to_kernel(s, DSOCK_R_NOT_ESTABLISHED);
+		} else if (ti.tcpi_state == TCP_ESTABLISHED) {
+			s->state = DSOCK_ST_CONNECTED;
+			unlink_pending(c);
+			if (c->refuse || shm_calibrate(c, fd) || send_offer(s, fd, c->role, &reason))
+				shm_to_kernel(s, c->refuse ? DSOCK_R_FORKED : DSOCK_R_NO_DAEMON);
+		} /* else still connecting */
+	}
+	atomic_store(&c->offering, 0);
+}
+
+int shm_progress(struct dsock_sock *s, int fd)
+{
+	struct shm_conn *c = shm_conn(s);
+
+	if (c->state == SC_OFFER_DUE) {
+		offer_due(s, c, fd);
+		if (c->state == SC_OFFER_DUE || !__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE))
 			return 0;
-		}
-		if (ti.tcpi_state == TCP_SYN_SENT || ti.tcpi_state == TCP_SYN_RECV)
-			return 0; /* still connecting */
-		if (ti.tcpi_state != TCP_ESTABLISHED) {
-			shm_to_kernel(s, DSOCK_R_NOT_ESTABLISHED);
-			return 0;
-		}
-		s->state = DSOCK_ST_CONNECTED;
-		unlink_pending(c);
-		if (c->refuse || shm_calibrate(c, fd) || send_offer(s, fd, c->role, &reason)) {
-			shm_to_kernel(s, c->refuse ? DSOCK_R_FORKED : DSOCK_R_NO_DAEMON);
-			return 0;
-		}
 	}
 	if (c->state == SC_PENDING) {
 		dsock_ctl_poll_mail();
@@ -375,10 +392,20 @@ int shm_progress(struct dsock_sock *s, int fd)
 				shm_to_kernel(s, DSOCK_R_PEER_TIMEOUT);
 		}
 	}
-	if (c->delayed_memfd >= 0 && atomic_load(&c->kernel_rx_inflight) == 0)
-		attach(s, c->delayed_memfd, c->delayed_side, c->delayed_size);
-	if (c->state == SC_ATTACHED && !c->reported && shm_active(c)) {
-		c->reported = 1;
+	if (__atomic_load_n(&c->delayed_memfd, __ATOMIC_RELAXED) >= 0 &&
+	    atomic_load(&c->kernel_rx_inflight) == 0) {
+		/* claimed by one thread: two threads' calls may both find it,
+		 * and the attach that maps it closes the memfd; the other then
+		 * failed on a closed (or reused) fd number and sent a connection
+		 * the peer already used back to the kernel (the threaded Python
+		 * echo's hang: the peer on its ring, our reader in a plain
+		 * kernel read) */
+		int memfd = __atomic_exchange_n(&c->delayed_memfd, -1, __ATOMIC_ACQUIRE);
+		if (memfd >= 0)
+			attach(s, memfd, c->delayed_side, c->delayed_size);
+	}
+	if (c->state == SC_ATTACHED && !__atomic_load_n(&c->reported, __ATOMIC_RELAXED) &&
+	    shm_active(c) && !__atomic_exchange_n(&c->reported, 1, __ATOMIC_RELAXED)) {
 		s->reason = DSOCK_R_NONE;
 		dsock_ctl_sock_event(s, fd, s->ev ? s->ev : DSOCK_EV_CONNECT);
 	}

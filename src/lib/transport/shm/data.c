@@ -238,10 +238,10 @@ static int switch_tx_locked(struct shm_conn *c, int fd, int force)
 	/* switch only when the kernel holds nothing unsent: while the peer's
 	 * window is full the kernel's backpressure (blocking, SO_SNDTIMEO,
 	 * EAGAIN) stays exactly as it was; the ring adds no capacity.  (Session
-	 * 6 tried switching whenever the kernel was writable; a threaded echo
-	 * then hung once in 8 runs, a reader blocked in a kernel read that
-	 * began before the socket had a transport: reverted, see
-	 * docs/ARCHITECTURE.md, known limits.) */
+	 * 6 tried switching whenever the kernel was writable and reverted it
+	 * after a threaded echo hung; the hang's cause was a double attach,
+	 * fixed in session 7 in conn.c, and a large download no longer needs
+	 * the earlier switch: docs/ARCHITECTURE.md.) */
 	int unsent = 0;
 	if (dsock_real.ioctl(fd, SIOCOUTQNSD, &unsent) < 0 || unsent > 0)
 		return -EAGAIN;

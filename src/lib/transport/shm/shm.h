@@ -29,7 +29,8 @@
 enum { SC_OFFER_DUE = 1, SC_PENDING, SC_ATTACHED };
 
 struct shm_conn {
-	int state;
+	_Atomic int state;   /* SC_*: any thread of ours may look */
+	_Atomic int offering; /* a thread is offering (OFFER_DUE) */
 	int refuse;          /* forked or exec'ed while pending: refuse pairing */
 	int offer_done;      /* the daemon no longer holds our socket */
 	int wr_shut;         /* shut down for writing (maybe before attaching) */
