@@ -36,6 +36,17 @@ static int check_addr(const struct dsock_addr *a)
 		0 : -EBADMSG;
 }
 
+
+int dsock_sock_event_check(const struct dsock_msg_sock_event *m)
+{
+	if (m->event < 1 || m->event > DSOCK_EV_MAX || m->fd < 0 ||
+	    m->state < 1 || m->state > DSOCK_ST_MAX ||
+	    m->path < 1 || m->path > DSOCK_PATH_MAX ||
+	    m->reason >= DSOCK_R_MAX || m->pad != 0)
+		return -EBADMSG;
+	return check_addr(&m->local) ?: check_addr(&m->peer);
+}
+
 static int check_payload(const struct dsock_msg_hdr *h, size_t plen)
 {
 	const void *p = h + 1;
@@ -50,17 +61,8 @@ static int check_payload(const struct dsock_msg_hdr *h, size_t plen)
 			return -EBADMSG;
 		return 0;
 	}
-	case DSOCK_MSG_SOCK_EVENT: {
-		const struct dsock_msg_sock_event *m = p;
-		if (plen != sizeof(*m))
-			return -EBADMSG;
-		if (m->event < 1 || m->event > DSOCK_EV_MAX || m->fd < 0 ||
-		    m->state < 1 || m->state > DSOCK_ST_MAX ||
-		    m->path < 1 || m->path > DSOCK_PATH_MAX ||
-		    m->reason >= DSOCK_R_MAX || m->pad != 0)
-			return -EBADMSG;
-		return check_addr(&m->local) ?: check_addr(&m->peer);
-	}
+	case DSOCK_MSG_SOCK_EVENT:
+		return plen == sizeof(struct dsock_msg_sock_event) ? dsock_sock_event_check(p) : -EBADMSG;
 	case DSOCK_MSG_OFFER: {
 		const struct dsock_msg_offer *m = p;
 		if (plen != sizeof(*m) || m->role < 1 || m->role > 2 || m->pad)
@@ -82,6 +84,7 @@ static int check_payload(const struct dsock_msg_hdr *h, size_t plen)
 	case DSOCK_MSG_ERROR:
 		return plen == sizeof(struct dsock_msg_error) ? 0 : -EBADMSG;
 	case DSOCK_MSG_STAT_REQ:
+	case DSOCK_MSG_EVENTS:
 	case DSOCK_MSG_STAT_END:
 	case DSOCK_MSG_SHUTDOWN:
 	case DSOCK_MSG_ACK:

@@ -29,7 +29,8 @@ enum dsock_msg_type {
 	DSOCK_MSG_MEMFD_REQ = 11, /* lib -> d: the memfd of this paired socket
 				   * again (the socket attached), for an exec;
 				   * answered by a RESULT of kind MEMFD */
-	DSOCK_MSG_TYPE_MAX = 11,
+	DSOCK_MSG_EVENTS = 12,    /* lib -> d: read my event ring (no payload) */
+	DSOCK_MSG_TYPE_MAX = 12,
 };
 
 /* Messages that carry exactly one fd (SCM_RIGHTS); every other type
@@ -44,6 +45,9 @@ static inline int dsock_msg_has_fd(unsigned type)
 
 struct dsock_mail_page {
 	uint64_t mail_seq; /* written by the daemon only */
+	uint64_t closed;   /* the daemon let go of us (it stopped, or dropped
+			    * our connection): events written to the ring
+			    * would go unread, so the library reconnects */
 };
 
 struct dsock_msg_offer {
@@ -135,9 +139,38 @@ struct dsock_msg_sock_event {
 	struct dsock_addr peer;
 };
 
+/* The event ring: socket events without a message each.  It follows the
+ * mail page in the same memfd (DSOCK_MAIL_SIZE bytes): the library writes
+ * events and `tail`, the daemon reads them and writes `head`.  The daemon
+ * reads a process's ring before it handles any message of that process
+ * (so a message never overtakes an event written before it), before it
+ * answers an offer or a stat request (all processes), when the process
+ * leaves, and when the process rings (DSOCK_MSG_EVENTS, sent when the
+ * ring is half full).  Events that matter at once (listeners, fast-path
+ * sockets) still go as messages.  Each side trusts only its private copy
+ * of its own index and checks the other's; the daemon checks every event
+ * it copies out as it checks a SOCK_EVENT message.  (A connect/accept/close
+ * loop ran at 0.33x the kernel's rate when every event was a message: a
+ * daemon wake-up each.) */
+#define DSOCK_EVRING_OFF   4096
+#define DSOCK_EVRING_SLOTS 256u /* power of two */
+struct dsock_ev_ring {
+	uint64_t tail; /* events ever written (the library) */
+	uint8_t pad0[56];
+	uint64_t head; /* events ever read (the daemon) */
+	uint8_t pad1[56];
+	struct dsock_msg_sock_event ev[DSOCK_EVRING_SLOTS];
+};
+#define DSOCK_MAIL_SIZE \
+	((DSOCK_EVRING_OFF + sizeof(struct dsock_ev_ring) + 4095) / 4096 * 4096)
+
 struct dsock_msg_error {
 	int32_t err; /* positive errno */
 };
+
+/* Checks one socket event's fields (a message's or a ring slot's):
+ * 0 or -EBADMSG. */
+int dsock_sock_event_check(const struct dsock_msg_sock_event *m);
 
 /* Checks a received message of n bytes: magic, version, known type, length
  * equal to n and to the type's payload size, and the payload's own fields.

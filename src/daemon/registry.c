@@ -37,7 +37,7 @@ void dd_proc_remove(struct dd_proc *p)
 		}
 	}
 	if (p->mail)
-		munmap(p->mail, 4096);
+		munmap(p->mail, p->mail_len);
 	free(p->socks);
 	free(p);
 }

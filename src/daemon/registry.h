@@ -29,6 +29,9 @@ struct dd_proc {
 	size_t nsocks, cap;
 	unsigned long untracked; /* events past DD_SOCKS_PER_PROC_MAX */
 	struct dsock_mail_page *mail; /* the process's mail page, or NULL */
+	size_t mail_len;              /* its mapping's length */
+	struct dsock_ev_ring *evr;    /* its event ring (in that mapping), or NULL */
+	uint64_t ev_head;             /* events read from it (ours, not the ring's) */
 	struct dd_proc *next;
 };
 

@@ -4,6 +4,7 @@
 #include "daemon/server.h"
 #include "daemon/registry.h"
 #include "daemon/pairing.h"
+#include "daemon/events.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/reason.h"
@@ -62,12 +63,24 @@ static uint64_t next_gen = 1;
 #define SLOT_LISTEN  0xfffffffeu
 #define SLOT_SIGNALS 0xfffffffdu
 
+/* Reads the event ring of p, or of every process (p NULL). */
+static void drain_events(struct dd_proc *p)
+{
+	unsigned long bad = 0;
+
+	stats.events += p ? dd_events_drain(p, &bad) : dd_events_drain_all(&bad);
+	stats.bad_msgs += bad;
+}
+
 static void client_close(uint32_t slot)
 {
 	struct dd_client *c = &clients[slot];
 
 	if (c->proc) {
 		struct dd_gone *g = &gone[ngone++ % GONE_MAX];
+		drain_events(c->proc); /* its last closes free pairings */
+		if (c->proc->mail)
+			__atomic_store_n(&c->proc->mail->closed, 1, __ATOMIC_RELEASE);
 		DSOCK_INFO("process %d (%s) left", c->proc->pid, c->proc->comm);
 		g->pid = c->proc->pid;
 		g->uid = c->proc->uid;
@@ -217,19 +230,30 @@ static int is_parent_of(pid_t child, pid_t parent)
 	return ppid == parent;
 }
 
-/* The mail page must be a sealed (cannot shrink) memfd of at least a page:
- * otherwise its owner could truncate it and make the daemon fault. */
-static struct dsock_mail_page *map_mail(int fd)
+/* The mail page (and the event ring after it) must be a sealed (cannot
+ * shrink) memfd: otherwise its owner could truncate it and make the daemon
+ * fault.  A memfd of one page has a mail page and no ring. */
+static int map_mail(struct dd_proc *p, int fd)
 {
 	struct stat st;
-	void *p;
+	void *m;
 	int seals = fcntl(fd, F_GET_SEALS);
 
 	if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
 	    st.st_size < 4096)
-		return NULL;
-	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	return p == MAP_FAILED ? NULL : p;
+		return -EINVAL;
+	p->mail_len = (size_t)st.st_size >= DSOCK_MAIL_SIZE ? DSOCK_MAIL_SIZE : 4096;
+	m = mmap(NULL, p->mail_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return -errno;
+	p->mail = m;
+	if (p->mail_len == DSOCK_MAIL_SIZE) {
+		/* from its first event: the library may write some before we
+		 * get to its HELLO */
+		p->evr = (struct dsock_ev_ring *)((char *)m + DSOCK_EVRING_OFF);
+		p->ev_head = 0;
+	}
+	return 0;
 }
 
 static int on_hello(struct dd_client *c, const struct dsock_msg_hello *h, int fd)
@@ -241,7 +265,7 @@ static int on_hello(struct dd_client *c, const struct dsock_msg_hello *h, int fd
 	c->proc = dd_proc_add(c->cred.pid, c->cred.uid, h);
 	if (!c->proc)
 		return -ENOMEM;
-	if (fd >= 0 && !(c->proc->mail = map_mail(fd)))
+	if (fd >= 0 && map_mail(c->proc, fd))
 		DSOCK_WARN("pid %d sent an unusable mail page", c->cred.pid);
 	c->role = ROLE_LIB;
 	if ((h->flags & DSOCK_HELLO_FORKED) && (parent = dd_proc_find(h->ppid)) &&
@@ -260,6 +284,13 @@ static int on_message(struct dd_client *c, uint32_t slot, const void *buf, size_
 	const void *payload = h + 1;
 	int r = dsock_msg_check(buf, n);
 
+	/* events the process wrote before this message come first; an offer
+	 * and a stat answer need everyone's (the peer's accepted socket, the
+	 * listener) */
+	if (r == 0 && (h->type == DSOCK_MSG_OFFER || h->type == DSOCK_MSG_STAT_REQ))
+		drain_events(NULL);
+	else if (c->proc)
+		drain_events(c->proc);
 	if (r == 0 && (fd >= 0) != dsock_msg_has_fd(h->type) && h->type != DSOCK_MSG_HELLO)
 		r = -EBADMSG; /* an fd where none belongs, or none where one must be */
 	if (r || (h->type != DSOCK_MSG_OFFER && h->type != DSOCK_MSG_MEMFD_REQ)) {
@@ -291,15 +322,13 @@ static int on_message(struct dd_client *c, uint32_t slot, const void *buf, size_
 		dd_pairing_memfd(&to, payload, fd);
 		return 0;
 	}
-	case DSOCK_MSG_SOCK_EVENT: {
-		const struct dsock_msg_sock_event *ev = payload;
+	case DSOCK_MSG_SOCK_EVENT:
 		if (c->role != ROLE_LIB)
 			return -EPROTO;
 		stats.events++;
-		if (ev->event == DSOCK_EV_CLOSE)
-			dd_pairing_closed(c->proc, ev->sock_id);
-		return dd_proc_event(c->proc, ev);
-	}
+		return dd_event_apply(c->proc, payload);
+	case DSOCK_MSG_EVENTS: /* read above */
+		return c->role == ROLE_LIB ? 0 : -EPROTO;
 	case DSOCK_MSG_STAT_REQ:
 		if (c->role == ROLE_LIB)
 			return -EPROTO;

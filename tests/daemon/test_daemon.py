@@ -162,6 +162,64 @@ check("a memfd request without its socket drops the client", gone)
 for x in (s, cli, srv, lsn):
     x.close()
 
+# 4b. socket events without a message each (the event ring after the mail
+# page): 3,000 connections opened and closed on the kernel (no data, so no
+# pairing) all reach the daemon, in order (no record is left behind), though
+# the ring holds 256: the half-full doorbell and the fallback to messages
+def events():
+    return int(stat().split("events=")[1].split()[0])
+churn = r"""
+import socket, sys
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(64)
+for i in range(3000):
+    c = socket.create_connection(l.getsockname()); a, _ = l.accept(); c.close(); a.close()
+print("done", flush=True); sys.stdin.read()
+"""
+before = events()
+q = subprocess.Popen([DSOCK, "run", "--", sys.executable, "-c", churn], env=ENV,
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+check("a dsock process opens and closes 3,000 connections", q.stdout.readline().strip() == "done")
+s = stat()
+left = [l for l in s.splitlines() if l.startswith(f"sock pid={q.pid} ")]
+check("every event of theirs reached the daemon (4 per connection)", events() - before >= 4 * 3000,
+      f"{events() - before} events")
+check("no record of a closed connection is left", len(left) == 1 and "state=listening" in left[0],
+      "\n".join(left[:5]))
+q.stdin.close(); q.wait(timeout=10)
+
+# a hostile event ring: garbage slots are refused and counted, a count out
+# of range makes the daemon ignore that ring; it keeps serving, and a valid
+# slot shows in stat
+MAIL_SIZE, RING_OFF, SLOT, SLOTS = 24576, 4096, 72, 256
+def ev(event, fd, sid, state, path, reason, port):
+    addr = struct.pack("<HH16s", 2, port, b"\0" * 10 + b"\xff\xff" + bytes([127, 0, 0, 1]))
+    return struct.pack("<IiQHHHHHH", event, fd, sid, 2, 1, state, path, reason, 0) + addr + \
+        struct.pack("<HH16s", 0, 0, b"\0" * 16) + b"\0" * 4
+import mmap
+mfd = os.memfd_create("hostile-mail", os.MFD_ALLOW_SEALING)
+os.ftruncate(mfd, MAIL_SIZE)
+import fcntl
+fcntl.fcntl(mfd, 1033, 0x0002 | 0x0004 | 0x0001)  # F_ADD_SEALS: SHRINK | GROW | SEAL
+mm = mmap.mmap(mfd, MAIL_SIZE)
+h = ctl()
+socket.send_fds(h, [hdr(1, struct.pack("<Ii32s16s", 0, 0, b"hostile", b"0"))], [mfd])
+bad0 = int(stat().split("bad_msgs=")[1].split()[0])
+mm[RING_OFF + 128:RING_OFF + 128 + 2 * SLOT] = os.urandom(2 * SLOT)
+mm[RING_OFF + 128 + 2 * SLOT:RING_OFF + 128 + 3 * SLOT] = ev(1, 7, 77, 3, 1, 2, 4242)
+mm[RING_OFF:RING_OFF + 8] = struct.pack("<Q", 3)
+h.send(hdr(12))
+s = stat()
+check("garbage ring slots are refused and counted", int(s.split("bad_msgs=")[1].split()[0]) >= bad0 + 2, s[:300])
+check("a valid ring slot shows in stat", any(l.startswith("sock pid=%d fd=7 id=77 " % os.getpid()) for l in s.splitlines()),
+      "\n".join(l for l in s.splitlines() if "id=77" in l))
+check("the daemon moved the ring's read count", struct.unpack_from("<Q", mm, RING_OFF + 64)[0] == 3)
+mm[RING_OFF:RING_OFF + 8] = struct.pack("<Q", 10 ** 9)
+h.send(hdr(12))
+s = stat()
+check("a ring count out of range is refused, the daemon serves on", "daemon pid=" in s and
+      int(s.split("bad_msgs=")[1].split()[0]) >= bad0 + 3, s[:300])
+h.close(); mm.close(); os.close(mfd)
+
 # 5. restart the daemon under a live process: it re-registers and replays
 dpid = int(open(SOCK + ".lock").read())
 r = dsock("stop")

@@ -27,8 +27,10 @@ static atomic_flag ctl_busy = ATOMIC_FLAG_INIT;
 static uint32_t ctl_seq;
 static int64_t ctl_next_try_ns;
 static _Atomic unsigned long ctl_dropped;
-static const struct dsock_mail_page *mail;  /* read-only mapping */
+static const struct dsock_mail_page *mail;  /* the daemon writes it */
 static uint64_t mail_seen;
+static struct dsock_ev_ring *evr;  /* after the mail page: we write it */
+static uint64_t evr_tail;          /* our own count (the ring's may be stale) */
 static void (*result_handler)(const struct dsock_msg_result *r, int memfd);
 
 static int ctl_trylock(void)
@@ -63,7 +65,8 @@ static void ctl_send_locked(uint16_t type, const void *payload, size_t len, int 
 	if (fd < 0 || len > 256)
 		return;
 	dsock_msg_init((struct dsock_msg_hdr *)buf, type, len, ++ctl_seq);
-	memcpy(buf + sizeof(struct dsock_msg_hdr), payload, len);
+	if (len)
+		memcpy(buf + sizeof(struct dsock_msg_hdr), payload, len);
 	if (dsock_real.send(fd, buf, sizeof(struct dsock_msg_hdr) + len,
 			    MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
 		return;
@@ -99,26 +102,58 @@ static int move_high(int fd)
 	return hi;
 }
 
-/* A fresh mail page for this process: a sealed 4 KiB memfd the daemon
- * writes and we only read.  Returns its fd (to pass in HELLO) or -1. */
+/* Forgets the mail page and event ring (a fork child must not write its
+ * parent's ring). */
+static void drop_mail_page(void)
+{
+	if (mail)
+		munmap((void *)mail, DSOCK_MAIL_SIZE);
+	mail = NULL;
+	evr = NULL;
+}
+
+/* A fresh mail page and event ring for this process: a sealed memfd
+ * (proto.h, DSOCK_MAIL_SIZE).  Returns its fd (to pass in HELLO) or -1. */
 static int new_mail_page(void)
 {
 	int fd = memfd_create("dsock-mail", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	void *p;
 
+	drop_mail_page();
 	if (fd < 0)
 		return -1;
-	if (ftruncate(fd, 4096) < 0 ||
+	if (ftruncate(fd, DSOCK_MAIL_SIZE) < 0 ||
 	    dsock_real.fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 ||
-	    (p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+	    (p = mmap(NULL, DSOCK_MAIL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
 		dsock_real.close(fd);
 		return -1;
 	}
-	if (mail)
-		munmap((void *)mail, 4096);
 	mail = p;
 	mail_seen = 0;
+	evr = (struct dsock_ev_ring *)((char *)p + DSOCK_EVRING_OFF);
+	evr_tail = 0;
 	return fd;
+}
+
+/* Puts an event in the ring (locked): 0, or -ENOSPC when it is full (or
+ * its head makes no sense): then it goes as a message, which the daemon
+ * handles only after reading the ring, so the order holds.  Rings the
+ * daemon when the ring becomes half full. */
+static int ring_put_locked(const struct dsock_msg_sock_event *m)
+{
+	uint64_t h;
+
+	if (!evr)
+		return -ENOSPC;
+	h = __atomic_load_n(&evr->head, __ATOMIC_ACQUIRE);
+	if (h > evr_tail || evr_tail - h >= DSOCK_EVRING_SLOTS)
+		return -ENOSPC;
+	memcpy(&evr->ev[evr_tail % DSOCK_EVRING_SLOTS], m, sizeof(*m));
+	/* release: the daemon sees the slot before the count */
+	__atomic_store_n(&evr->tail, ++evr_tail, __ATOMIC_RELEASE);
+	if (evr_tail - h == DSOCK_EVRING_SLOTS / 2)
+		ctl_send_locked(DSOCK_MSG_EVENTS, NULL, 0, 0);
+	return 0;
 }
 
 static int ctl_send_fd_locked(uint16_t type, const void *payload, size_t len, int pass_fd);
@@ -185,16 +220,20 @@ static int ctl_send_fd_locked(uint16_t type, const void *payload, size_t len, in
 	return -ENOTCONN;
 }
 
-static void fill_addr(struct dsock_addr *out, int fd, int peer)
+/* known: the address at hand, else asked of the kernel. */
+static void fill_addr(struct dsock_addr *out, int fd, int peer, const struct sockaddr *known)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
-	int r = peer ? dsock_real.getpeername(fd, (struct sockaddr *)&ss, &len)
-		     : dsock_real.getsockname(fd, (struct sockaddr *)&ss, &len);
+	int r = known ? 0 : peer ? dsock_real.getpeername(fd, (struct sockaddr *)&ss, &len)
+				 : dsock_real.getsockname(fd, (struct sockaddr *)&ss, &len);
 
 	memset(out, 0, sizeof(*out));
 	if (r < 0)
 		return;
+	if (known)
+		memcpy(&ss, known, known->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+							      : sizeof(struct sockaddr_in));
 	if (ss.ss_family == AF_INET) {
 		struct sockaddr_in *in = (void *)&ss;
 		out->family = AF_INET;
@@ -209,7 +248,8 @@ static void fill_addr(struct dsock_addr *out, int fd, int peer)
 	}
 }
 
-static void send_event_locked(struct dsock_sock *s, int fd, unsigned ev, int may_reconnect)
+static void send_event_locked(struct dsock_sock *s, int fd, unsigned ev, int may_reconnect,
+			      const struct sockaddr *local, const struct sockaddr *peer)
 {
 	struct dsock_msg_sock_event m;
 
@@ -223,11 +263,16 @@ static void send_event_locked(struct dsock_sock *s, int fd, unsigned ev, int may
 	m.path = s->tp && s->reason == DSOCK_R_NONE ? DSOCK_PATH_SHM : DSOCK_PATH_KERNEL;
 	m.reason = s->reason;
 	if (ev != DSOCK_EV_CLOSE) {
-		fill_addr(&m.local, fd, 0);
+		fill_addr(&m.local, fd, 0, local);
 		if (s->state >= DSOCK_ST_CONNECTING)
-			fill_addr(&m.peer, fd, 1);
+			fill_addr(&m.peer, fd, 1, peer);
 	}
-	ctl_send_locked(DSOCK_MSG_SOCK_EVENT, &m, sizeof(m), may_reconnect);
+	/* listeners (offers look for them) and fast-path sockets (their
+	 * close frees the connection's memory in the daemon) at once; the
+	 * rest through the event ring */
+	if (ev == DSOCK_EV_OPEN || m.path == DSOCK_PATH_SHM || atomic_load(&ctl_fd) < 0 ||
+	    ring_put_locked(&m))
+		ctl_send_locked(DSOCK_MSG_SOCK_EVENT, &m, sizeof(m), may_reconnect);
 	if (atomic_load(&ctl_fd) >= 0 && ev != DSOCK_EV_CLOSE) {
 		s->ev = (uint16_t)ev;
 		atomic_fetch_or(&s->flags, DSOCK_SF_REPORTED);
@@ -242,7 +287,7 @@ static void replay_one(int fd, struct dsock_sock *unused, void *arg)
 	if (!s)
 		return;
 	if (s->ev)
-		send_event_locked(s, fd, s->ev, 0);
+		send_event_locked(s, fd, s->ev, 0, NULL, NULL);
 	dsock_sock_put(s);
 }
 
@@ -256,7 +301,7 @@ static void replay_listener(int fd, struct dsock_sock *unused, void *arg)
 	if (!s)
 		return;
 	if (s->ev && s->state == DSOCK_ST_LISTENING)
-		send_event_locked(s, fd, s->ev, 0);
+		send_event_locked(s, fd, s->ev, 0, NULL, NULL);
 	dsock_sock_put(s);
 }
 
@@ -290,6 +335,7 @@ void dsock_ctl_fork_child(int ppid)
 	DSOCK_GUARD_ENTER();
 	if (fd >= 0)
 		dsock_real.close(fd); /* our copy only; the parent keeps its own */
+	drop_mail_page();
 	if (ctl_trylock()) {
 		if (ctl_connect_locked(DSOCK_HELLO_FORKED, ppid) == 0)
 			dsock_fdt_walk(replay_listener, NULL);
@@ -300,10 +346,25 @@ void dsock_ctl_fork_child(int ppid)
 
 void dsock_ctl_sock_event(struct dsock_sock *s, int fd, unsigned ev)
 {
+	dsock_ctl_sock_event_at(s, fd, ev, NULL, NULL);
+}
+
+void dsock_ctl_sock_event_at(struct dsock_sock *s, int fd, unsigned ev,
+			     const struct sockaddr *local, const struct sockaddr *peer)
+{
 	DSOCK_GUARD_ENTER();
 	if (ctl_trylock()) {
+		if (mail && __atomic_load_n(&mail->closed, __ATOMIC_ACQUIRE)) {
+			/* the daemon left us: no send fails to tell us so now
+			 * that most events go to the ring */
+			int old = atomic_exchange(&ctl_fd, -1);
+			if (old >= 0)
+				dsock_real.close(old);
+			drop_mail_page();
+			ctl_next_try_ns = 0;
+		}
 		ctl_reconnect_locked();
-		send_event_locked(s, fd, ev, 1);
+		send_event_locked(s, fd, ev, 1, local, peer);
 		ctl_unlock();
 	} else {
 		/* another thread (or a signal handler interrupting us) is

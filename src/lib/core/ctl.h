@@ -12,6 +12,11 @@ void dsock_ctl_start(void);
 void dsock_ctl_fork_child(int ppid);
 /* s changed state (ev: enum dsock_sock_event); fd is one of its fds. */
 void dsock_ctl_sock_event(struct dsock_sock *s, int fd, unsigned ev);
+/* The same with the socket's addresses already at hand (NULL: unknown),
+ * which saves two system calls per connection. */
+struct sockaddr;
+void dsock_ctl_sock_event_at(struct dsock_sock *s, int fd, unsigned ev,
+			     const struct sockaddr *local, const struct sockaddr *peer);
 void dsock_ctl_sock_closed(struct dsock_sock *s);
 /* The application is about to close or overwrite fds in [first, last]: if
  * the control socket is among them, dsock lets go of it first. */

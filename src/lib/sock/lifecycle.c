@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <string.h>
 
 #include "lib/core/sysret.h"
 
@@ -43,17 +44,28 @@ static struct dsock_sock *track(int fd, int domain, int type, int protocol)
 
 /* An established (or establishing) connection: offer it to the transports,
  * record the path and why, tell the daemon. */
-static void settle(struct dsock_sock *s, int fd, int role)
+static void settle(struct dsock_sock *s, int fd, int role, const struct sockaddr *peer)
 {
 	unsigned reason = DSOCK_R_NOT_TCP;
+	struct sockaddr_storage l, p;
+	socklen_t ll = sizeof(l), pl = sizeof(p);
+	int have_l = 0, have_p = 0;
 
-	if (s->type == SOCK_STREAM && is_inet(s)) {
-		struct sockaddr_storage l, p;
-		socklen_t ll = sizeof(l), pl = sizeof(p);
+	if (!is_inet(s)) {
+		s->reason = (uint16_t)reason;
+		return;
+	}
+	/* asked once: for the rules and for the daemon's event */
+	have_l = dsock_real.getsockname(fd, (struct sockaddr *)&l, &ll) == 0;
+	if (peer) /* what connect was given, or accept returned */
+		memcpy(&p, peer, peer->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+							     : sizeof(struct sockaddr_in));
+	if (peer)
+		have_p = 1;
+	else if (s->state >= DSOCK_ST_CONNECTING)
+		have_p = dsock_real.getpeername(fd, (struct sockaddr *)&p, &pl) == 0;
+	if (s->type == SOCK_STREAM) {
 		int rule;
-		int have_l = dsock_real.getsockname(fd, (struct sockaddr *)&l, &ll) == 0;
-		int have_p = dsock_real.getpeername(fd, (struct sockaddr *)&p, &pl) == 0;
-
 		if (!dsock_rules_conn_allowed(&dsock_proc.rules, have_l ? (void *)&l : NULL,
 					      have_p ? (void *)&p : NULL, &rule))
 			reason = DSOCK_R_DENIED_RULE;
@@ -61,9 +73,10 @@ static void settle(struct dsock_sock *s, int fd, int role)
 			dsock_transport_offer(s, fd, role, &reason);
 	}
 	s->reason = (uint16_t)reason;
-	if (is_inet(s))
-		dsock_ctl_sock_event(s, fd, role == DSOCK_ROLE_ACCEPT ? DSOCK_EV_ACCEPT
-								     : DSOCK_EV_CONNECT);
+	/* an address the kernel would not give is asked again (and found
+	 * missing) by the event, as before */
+	dsock_ctl_sock_event_at(s, fd, role == DSOCK_ROLE_ACCEPT ? DSOCK_EV_ACCEPT : DSOCK_EV_CONNECT,
+				have_l ? (struct sockaddr *)&l : NULL, have_p ? (struct sockaddr *)&p : NULL);
 }
 
 int dsock_sock_socket(int domain, int type, int protocol)
@@ -144,8 +157,13 @@ int dsock_sock_connect(int fd, const struct sockaddr *a, socklen_t len)
 		/* a datagram socket may connect often (resolvers): report once */
 		int again = s->type != SOCK_STREAM && s->ev;
 		s->state = r == 0 ? DSOCK_ST_CONNECTED : DSOCK_ST_CONNECTING;
+		/* the peer is the address given (a stream socket's: a datagram
+		 * socket's may be AF_UNSPEC and is asked of the kernel) */
+		int given = s->type == SOCK_STREAM && a &&
+			    ((a->sa_family == AF_INET && len >= sizeof(struct sockaddr_in) && s->domain == AF_INET) ||
+			     (a->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6) && s->domain == AF_INET6));
 		if (!again)
-			settle(s, fd, DSOCK_ROLE_CONNECT);
+			settle(s, fd, DSOCK_ROLE_CONNECT, given ? a : NULL);
 		dsock_sock_put(s);
 	}
 	return r < 0 ? -err : r;
@@ -153,17 +171,28 @@ int dsock_sock_connect(int fd, const struct sockaddr *a, socklen_t len)
 
 int dsock_sock_accept4(int fd, struct sockaddr *a, socklen_t *len, int flags, int is_accept4)
 {
-	int nfd = is_accept4 ? dsock_real.accept4(fd, a, len, flags) : dsock_real.accept(fd, a, len);
+	/* the peer's address comes with the call: asked for here when the
+	 * application did not (saves a getpeername per connection) */
+	struct sockaddr_storage own;
+	socklen_t own_len = sizeof(own);
+	struct sockaddr *pa = a ? a : (struct sockaddr *)&own;
+	socklen_t *pl = a ? len : &own_len;
+	socklen_t given = a && len ? *len : 0;
+	int nfd = is_accept4 ? dsock_real.accept4(fd, pa, pl, flags) : dsock_real.accept(fd, pa, pl);
 	struct dsock_sock *ls, *s;
 
 	if (nfd < 0)
 		return -errno;
+	/* usable only if it was not truncated */
+	if (a && (!len || *len > given))
+		pa = NULL;
 	ls = dsock_fdt_get(fd);
 	if (ls) {
 		s = track(nfd, ls->domain, SOCK_STREAM | (flags & SOCK_NONBLOCK), ls->protocol);
 		if (s) {
 			s->state = DSOCK_ST_CONNECTED;
-			settle(s, nfd, DSOCK_ROLE_ACCEPT);
+			settle(s, nfd, DSOCK_ROLE_ACCEPT,
+			       pa && (pa->sa_family == AF_INET || pa->sa_family == AF_INET6) ? pa : NULL);
 		}
 		dsock_sock_put(ls);
 	}
