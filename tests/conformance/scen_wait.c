@@ -2,6 +2,7 @@
  * call woken by data, signals (with and without SA_RESTART) and close. */
 #include "conf.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -561,4 +562,53 @@ STREAM_SCEN(thread_epoll_wait_woken)
 	signal_until_returned(t, &b.r);
 	pthread_join(t, NULL);
 	rec("blocked epoll_wait (signal)", b.r, b.err);
+}
+
+/* A writer waiting for room with an edge-triggered registration for
+ * EPOLLOUT alone (no EPOLLIN), as a write-only event loop does: the
+ * reader draining in another thread must give it an edge.  Under dsock the
+ * room is announced by a byte arriving on the writer's socket (EPOLLIN),
+ * which such a registration does not ask for. */
+static void *slow_drain(void *arg)
+{
+	int fd = *(int *)arg;
+	static char buf[65536];
+	long total = 0;
+	ssize_t n;
+
+	msleep(100);
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		total += n;
+	return (void *)total;
+}
+
+STREAM_SCEN(epoll_out_only_edge_writer)
+{
+	int c, s, ep = epoll_create1(0), rounds = 0, woken = 0;
+	struct epoll_event ev = { .events = EPOLLOUT | EPOLLET, .data.u64 = 7 }, got;
+	pthread_t t;
+	void *drained;
+	long sent;
+
+	fam_pair(f, &c, &s);
+	fcntl(c, F_SETFL, O_NONBLOCK);
+	sent = fill_until_eagain(c);
+	epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
+	/* (the registration's own edge, if the kernel gives one now) */
+	epoll_wait(ep, &got, 1, 0);
+	pthread_create(&t, NULL, slow_drain, &s);
+	/* three rounds: fill to EAGAIN, then wait for the edge of room */
+	for (rounds = 0; rounds < 3; rounds++) {
+		int n = epoll_wait(ep, &got, 1, 5000);
+		if (n == 1 && (got.events & EPOLLOUT) && got.data.u64 == 7)
+			woken++;
+		long more = fill_until_eagain(c);
+		if (more > 0)
+			sent += more;
+	}
+	out("edges of room for an EPOLLOUT-only edge-triggered writer: %d of 3", woken);
+	shutdown(c, SHUT_WR);
+	pthread_join(t, &drained);
+	out("all drained: %s", (long)drained == sent ? "yes" : "no");
+	close(ep);
 }

@@ -11,6 +11,7 @@
 #include "lib/transport/transport.h"
 
 #include <pthread.h>
+#include <sys/socket.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@ struct member {
 	unsigned events;
 	uint64_t data;
 	int disarmed;               /* EPOLLONESHOT reported by us */
+	int in_added;               /* EPOLLIN added for the kernel (ready.h) */
 	uint64_t mark;              /* EPOLLET: the arrival count last reported */
 	struct dsock_sock *sock;    /* the socket at registration; NULL: an epoll set */
 	/* chains: every member, by fd, by (epfd, data), by socket */
@@ -31,6 +33,24 @@ struct member {
 enum { ALL, BY_FD, BY_DATA, BY_SOCK };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+_Atomic long dsock_epoll_in_added;
+
+unsigned dsock_epoll_kernel_events(int fd, unsigned events)
+{
+	struct dsock_sock *s = dsock_fdt_peek(fd);
+
+	if (s && s->type == SOCK_STREAM && (s->domain == AF_INET || s->domain == AF_INET6) &&
+	    (events & (EPOLLET | EPOLLOUT | EPOLLIN)) == (EPOLLET | EPOLLOUT) && dsock_transports_any())
+		return events | EPOLLIN;
+	return events;
+}
+
+static void set_in_added(struct member *m, int on)
+{
+	if (m->in_added != on)
+		atomic_fetch_add(&dsock_epoll_in_added, on ? 1 : -1);
+	m->in_added = on;
+}
 static struct member *all;
 static struct member **heads[4]; /* [ALL] unused: all is the head */
 static _Atomic size_t nmembers;
@@ -110,6 +130,7 @@ static void link_out(struct member *m, int k)
 
 static void drop(struct member *m)
 {
+	set_in_added(m, 0);
 	for (int k = 0; k < 4; k++)
 		link_out(m, k);
 	set_count(m->epfd, -1);
@@ -195,13 +216,15 @@ void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev
 			drop(m);
 		} else if (ev) {
 			link_out(m, BY_DATA);
+			set_in_added(m, dsock_epoll_kernel_events(fd, ev->events) != ev->events);
 			m->events = ev->events;
 			m->data = ev->data.u64;
 			m->disarmed = 0;
 			m->mark = 0; /* MOD reports data already there */
 			link_in(m, BY_DATA);
 		}
-	} else if (op == EPOLL_CTL_ADD && ev) {
+	} else if ((op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && ev) {
+		/* (MOD: one added while dsock did not track the fd yet) */
 		if (!heads[BY_FD]) {
 			for (int k = BY_FD; k <= BY_SOCK; k++)
 				heads[k] = calloc(BUCKETS, sizeof(struct member *));
@@ -217,6 +240,7 @@ void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev
 		if (!m)
 			goto out;
 		*m = (struct member){ .epfd = epfd, .fd = fd, .events = ev->events, .data = ev->data.u64, .sock = s };
+		set_in_added(m, dsock_epoll_kernel_events(fd, ev->events) != ev->events);
 		for (int k = 0; k < 4; k++)
 			link_in(m, k);
 		set_count(epfd, 1);
@@ -261,8 +285,16 @@ void dsock_epoll_forget_fd(int fd)
 
 int dsock_epset_member_fd(int epfd, uint64_t data)
 {
+	int in_added;
+
+	return dsock_epset_member(epfd, data, &in_added);
+}
+
+int dsock_epset_member(int epfd, uint64_t data, int *in_added)
+{
 	int fd = -1;
 
+	*in_added = 0;
 	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
 		return -1;
 	pthread_mutex_lock(&mu);
@@ -271,9 +303,11 @@ int dsock_epset_member_fd(int epfd, uint64_t data)
 			continue;
 		if (fd >= 0) {
 			fd = -1; /* two members share the data: we cannot tell */
+			*in_added = 0;
 			break;
 		}
 		fd = m->fd;
+		*in_added = m->in_added;
 	}
 	pthread_mutex_unlock(&mu);
 	return fd;

@@ -9,6 +9,9 @@
 /* The fd a registration of epfd with this data names; -1 when none, or
  * when two registrations of the set share the data (we cannot tell). */
 int dsock_epset_member_fd(int epfd, uint64_t data);
+/* The same, and *in_added: 1 if EPOLLIN was added for the kernel to the
+ * application's events (dsock_epoll_kernel_events). */
+int dsock_epset_member(int epfd, uint64_t data, int *in_added);
 /* Members of epfd whose socket is hidden readable (and epoll sets nested
  * in it, one level, that hold one), as EPOLLIN events; ONESHOT members are
  * disarmed, EPOLLET ones reported once per arrival. */

@@ -76,14 +76,45 @@ static int spurious_in(int fd)
 	return r;
 }
 
-/* Drops the IN of events that are only stale tokens; returns how many
- * events remain. */
+/* The EPOLLIN we added for a writer waiting for EPOLLOUT alone (ready.h)
+ * taken out again: on a transport's socket the byte was a space token
+ * (drained if it was only tokens) and EPOLLOUT says whether the ring has
+ * room; on the kernel's the kernel's own EPOLLOUT stands. */
+static unsigned out_only(int fd, unsigned events)
+{
+	struct dsock_sock *s = fd >= 0 ? dsock_fdt_get(fd) : NULL;
+
+	if (events & EPOLLIN)
+		spurious_in(fd);
+	events &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
+	if (s && s->tp && s->tp->writable) {
+		if (s->tp->writable(s)) {
+			events |= EPOLLOUT;
+		} else {
+			events &= ~(unsigned)(EPOLLOUT | EPOLLWRNORM);
+			if (s->tp->want_space)
+				s->tp->want_space(s);
+		}
+	}
+	if (s)
+		dsock_sock_put(s);
+	return events;
+}
+
+/* Drops the IN of events that are only stale tokens, and the IN we added;
+ * returns how many events remain. */
 static int filter_spurious(int epfd, struct epoll_event *ev, int n)
 {
-	int kept = 0;
+	int kept = 0, added = atomic_load_explicit(&dsock_epoll_in_added, memory_order_relaxed) > 0;
 
 	for (int i = 0; i < n; i++) {
-		if ((ev[i].events & EPOLLIN) && spurious_in(dsock_epset_member_fd(epfd, ev[i].data.u64))) {
+		int in_added = 0, fd = -1;
+		if ((ev[i].events & EPOLLIN) || added)
+			fd = dsock_epset_member(epfd, ev[i].data.u64, &in_added);
+		if (in_added) {
+			if (!(ev[i].events = out_only(fd, ev[i].events)))
+				continue;
+		} else if ((ev[i].events & EPOLLIN) && spurious_in(fd)) {
 			ev[i].events &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
 			if (!ev[i].events)
 				continue;
@@ -91,6 +122,13 @@ static int filter_spurious(int epfd, struct epoll_event *ev, int n)
 		ev[kept++] = ev[i];
 	}
 	return kept;
+}
+
+/* Events need a look: tokens may be among them, or IN we added. */
+static int needs_filter(void)
+{
+	return atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) ||
+	       atomic_load_explicit(&dsock_epoll_in_added, memory_order_relaxed);
 }
 
 /* The kernel's events now (no waiting), with the hidden ones added. */
@@ -104,7 +142,7 @@ static int epoll_now(int epfd, struct epoll_event *ev, int max)
 	n = dsock_real.epoll_wait(epfd, ev, max, 0);
 	if (n < 0)
 		return -errno;
-	if (atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed))
+	if (needs_filter())
 		n = filter_spurious(epfd, ev, n);
 	for (int i = 0; i < extra; i++) {
 		int j;
@@ -168,7 +206,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			n = dsock_real.epoll_pwait(epfd, ev, max, timeout_ms, m);
 		else
 			n = dsock_real.epoll_wait(epfd, ev, max, timeout_ms);
-		if (n <= 0 || atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) == 0)
+		if (n <= 0 || !needs_filter())
 			break;
 		/* a token that outlived its data must not be reported */
 		n = filter_spurious(epfd, ev, n);

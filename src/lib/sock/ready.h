@@ -39,6 +39,14 @@ int dsock_spin_yield(long long now_ns);
 /* 1 if this thread saw contention lately (no probe). */
 int dsock_spin_seen_contention(long long now_ns);
 
+/* The events to register with the kernel for the application's events on
+ * fd.  A writer waiting edge-triggered for EPOLLOUT alone on a connection a
+ * transport may carry is told of ring space by a byte arriving on its
+ * socket (an EPOLLIN edge), so EPOLLIN is added for the kernel and taken
+ * out again, made EPOLLOUT if there is room, by our epoll_wait. */
+unsigned dsock_epoll_kernel_events(int fd, unsigned events);
+/* Members registered so: while > 0, our epoll_wait looks at every event. */
+extern _Atomic long dsock_epoll_in_added;
 void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev);
 /* fd (or fds first..last) closed: forget it as a member and as a set. */
 void dsock_epoll_forget_fd(int fd);

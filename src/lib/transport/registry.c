@@ -33,6 +33,11 @@ int dsock_transport_offer(struct dsock_sock *s, int fd, int role, unsigned *reas
 	return -ENOTSUP;
 }
 
+int dsock_transports_any(void)
+{
+	return ntransports > 0;
+}
+
 void dsock_transports_before_sleep(void)
 {
 	for (int i = 0; i < ntransports; i++)

@@ -67,6 +67,8 @@ struct dsock_transport {
 int dsock_transport_register(const struct dsock_transport *t);
 /* Offers s to each transport; returns 0 when one took it. */
 int dsock_transport_offer(struct dsock_sock *s, int fd, int role, unsigned *reason);
+/* 1 if any transport is registered (the fast path is on). */
+int dsock_transports_any(void);
 /* Calls each transport's before_sleep. */
 void dsock_transports_before_sleep(void);
 
