@@ -269,8 +269,9 @@ def download(mode, mib=64):
             rates.append(mib / float(out.stdout))
     finally:
         subprocess.run(["kill", open(d + "/nginx.pid").read().strip()])
-        for f in ("large.bin", "got.bin"):
-            os.unlink(os.path.join(d, "www" if f == "large.bin" else "", f))
+        for f in (d + "/www/large.bin", d + "/got.bin"):
+            if os.path.exists(f):
+                os.unlink(f)
     return sorted(rates)[1]
 
 

@@ -71,6 +71,8 @@ int wait_fd(int fd, short events, int ms);
 /* Writes all (blocking) / reads exactly n (blocking); returns n or -errno. */
 long write_all(int fd, const char *buf, size_t n);
 long read_all(int fd, char *buf, size_t n);
+/* Reads and discards until EOF (or an error); returns the bytes read. */
+long read_to_eof(int fd);
 /* Fills the socket's send path until EAGAIN (fd must be nonblocking);
  * returns bytes written. */
 long fill_until_eagain(int fd);

@@ -198,6 +198,17 @@ long write_all(int fd, const char *buf, size_t n)
 	return (long)n;
 }
 
+long read_to_eof(int fd)
+{
+	char buf[65536];
+	long total = 0;
+	ssize_t n;
+
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		total += n;
+	return total;
+}
+
 long read_all(int fd, char *buf, size_t n)
 {
 	size_t off = 0;

@@ -118,14 +118,7 @@ STREAM_SCEN(nonblock_socket_flag)
 
 static void *drain(void *arg)
 {
-	int fd = *(int *)arg;
-	static char buf[65536];
-	long total = 0;
-	ssize_t n;
-
-	while ((n = read(fd, buf, sizeof(buf))) > 0)
-		total += n;
-	return (void *)total;
+	return (void *)read_to_eof(*(int *)arg);
 }
 
 STREAM_SCEN(send_until_eagain)
@@ -448,7 +441,7 @@ STREAM_SCEN(threads_first_calls_cold)
 	for (int i = 0; i < COLD_CONNS; i++) {
 		atomic_int go = 0;
 		pthread_t te, tr;
-		struct cold srv = { 0 }, cli = { 0 };
+		struct cold srv = { 0 }, cli;
 		int c = fam_socket(f, 0);
 
 		if (connect(c, (struct sockaddr *)&a, al) < 0 || (srv.fd = accept(l, NULL, NULL)) < 0) {

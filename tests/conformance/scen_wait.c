@@ -571,15 +571,8 @@ STREAM_SCEN(thread_epoll_wait_woken)
  * which such a registration does not ask for. */
 static void *slow_drain(void *arg)
 {
-	int fd = *(int *)arg;
-	static char buf[65536];
-	long total = 0;
-	ssize_t n;
-
 	msleep(100);
-	while ((n = read(fd, buf, sizeof(buf))) > 0)
-		total += n;
-	return (void *)total;
+	return (void *)read_to_eof(*(int *)arg);
 }
 
 STREAM_SCEN(epoll_out_only_edge_writer)

@@ -54,35 +54,35 @@ static int64_t now_ns(void)
 static int ctl_connect_locked(unsigned flags, int ppid);
 static void replay_one(int fd, struct dsock_sock *unused, void *arg);
 
+static int ctl_send_fd_locked(uint16_t type, const void *payload, size_t len, int pass_fd);
+
+/* Forgets the daemon's socket: it is gone, or it let go of us.  The next
+ * attempt to reach a daemon comes at once (retry_now) or after a second. */
+static void lose_daemon_locked(int retry_now)
+{
+	int fd = atomic_exchange(&ctl_fd, -1);
+
+	if (fd >= 0)
+		dsock_real.close(fd);
+	ctl_next_try_ns = retry_now ? 0 : now_ns() + 1000000000;
+}
+
 /* Sends one message.  On a dead daemon (it restarted, or died) forgets the
  * socket and, when may_reconnect, tries a new daemon at once: register,
  * replay what this process holds, and send the message again.  Locked. */
 static void ctl_send_locked(uint16_t type, const void *payload, size_t len, int may_reconnect)
 {
-	char buf[sizeof(struct dsock_msg_hdr) + 256];
-	int fd = atomic_load(&ctl_fd);
+	int r;
 
-	if (fd < 0 || len > 256)
+	if (atomic_load(&ctl_fd) < 0 || len > 256)
 		return;
-	dsock_msg_init((struct dsock_msg_hdr *)buf, type, len, ++ctl_seq);
-	if (len)
-		memcpy(buf + sizeof(struct dsock_msg_hdr), payload, len);
-	if (dsock_real.send(fd, buf, sizeof(struct dsock_msg_hdr) + len,
-			    MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
-		return;
-	if (errno == EAGAIN || errno == ENOBUFS) {
+	r = ctl_send_fd_locked(type, payload, len, -1);
+	if (r == -EAGAIN)
 		atomic_fetch_add(&ctl_dropped, 1);
-		return;
-	}
-	DSOCK_INFO("lost the daemon (%s)", strerror(errno));
-	atomic_store(&ctl_fd, -1);
-	dsock_real.close(fd);
-	if (may_reconnect && ctl_connect_locked(0, 0) == 0) {
+	else if (r == -ENOTCONN && may_reconnect && ctl_connect_locked(0, 0) == 0) {
 		dsock_fdt_walk(replay_one, NULL);
 		ctl_send_locked(type, payload, len, 0);
-		return;
 	}
-	ctl_next_try_ns = now_ns() + 1000000000;
 }
 
 /* The application expects the lowest free fd numbers to be its own: park
@@ -156,8 +156,6 @@ static int ring_put_locked(const struct dsock_msg_sock_event *m)
 	return 0;
 }
 
-static int ctl_send_fd_locked(uint16_t type, const void *payload, size_t len, int pass_fd);
-
 static int ctl_connect_locked(unsigned flags, int ppid)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -208,15 +206,15 @@ static int ctl_send_fd_locked(uint16_t type, const void *payload, size_t len, in
 	if (len > 256)
 		return -EMSGSIZE;
 	dsock_msg_init((struct dsock_msg_hdr *)buf, type, len, ++ctl_seq);
-	memcpy(buf + sizeof(struct dsock_msg_hdr), payload, len);
+	if (len)
+		memcpy(buf + sizeof(struct dsock_msg_hdr), payload, len);
 	dsock_cmsg_put_fd(&mh, &cm, pass_fd);
 	if (dsock_real.sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
 		return 0;
 	if (errno == EAGAIN || errno == ENOBUFS)
 		return -EAGAIN;
-	atomic_store(&ctl_fd, -1);
-	dsock_real.close(fd);
-	ctl_next_try_ns = now_ns() + 1000000000;
+	DSOCK_INFO("lost the daemon (%s)", strerror(errno));
+	lose_daemon_locked(0);
 	return -ENOTCONN;
 }
 
@@ -225,23 +223,20 @@ static void fill_addr(struct dsock_addr *out, int fd, int peer, const struct soc
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
-	int r = known ? 0 : peer ? dsock_real.getpeername(fd, (struct sockaddr *)&ss, &len)
-				 : dsock_real.getsockname(fd, (struct sockaddr *)&ss, &len);
+	const struct sockaddr *a = known ? known : (const struct sockaddr *)&ss;
 
 	memset(out, 0, sizeof(*out));
-	if (r < 0)
+	if (!known && (peer ? dsock_real.getpeername(fd, (struct sockaddr *)&ss, &len)
+			    : dsock_real.getsockname(fd, (struct sockaddr *)&ss, &len)) < 0)
 		return;
-	if (known)
-		memcpy(&ss, known, known->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-							      : sizeof(struct sockaddr_in));
-	if (ss.ss_family == AF_INET) {
-		struct sockaddr_in *in = (void *)&ss;
+	if (a->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)a;
 		out->family = AF_INET;
 		out->port = ntohs(in->sin_port);
 		out->addr[10] = out->addr[11] = 0xff;
 		memcpy(out->addr + 12, &in->sin_addr, 4);
-	} else if (ss.ss_family == AF_INET6) {
-		struct sockaddr_in6 *in6 = (void *)&ss;
+	} else if (a->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)a;
 		out->family = AF_INET6;
 		out->port = ntohs(in6->sin6_port);
 		memcpy(out->addr, &in6->sin6_addr, 16);
@@ -357,11 +352,8 @@ void dsock_ctl_sock_event_at(struct dsock_sock *s, int fd, unsigned ev,
 		if (mail && __atomic_load_n(&mail->closed, __ATOMIC_ACQUIRE)) {
 			/* the daemon left us: no send fails to tell us so now
 			 * that most events go to the ring */
-			int old = atomic_exchange(&ctl_fd, -1);
-			if (old >= 0)
-				dsock_real.close(old);
+			lose_daemon_locked(1);
 			drop_mail_page();
-			ctl_next_try_ns = 0;
 		}
 		ctl_reconnect_locked();
 		send_event_locked(s, fd, ev, 1, local, peer);

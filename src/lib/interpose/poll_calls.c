@@ -47,7 +47,7 @@ DSOCK_API int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	r = dsock_real.epoll_ctl(epfd, op, fd, kev);
 
 	if (r == 0 && !DSOCK_GUARDED())
-		dsock_epoll_ctl_hook(epfd, op, fd, ev);
+		dsock_epoll_ctl_hook(epfd, op, fd, ev, kev ? kev->events : 0);
 	return (int)dsock_ret(SYSRET(r));
 }
 

@@ -202,7 +202,7 @@ static struct member *find(int epfd, int fd)
 	return NULL;
 }
 
-void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev)
+void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev, unsigned kernel_events)
 {
 	struct dsock_sock *s = dsock_fdt_peek(fd);
 	struct member *m;
@@ -216,7 +216,7 @@ void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev
 			drop(m);
 		} else if (ev) {
 			link_out(m, BY_DATA);
-			set_in_added(m, dsock_epoll_kernel_events(fd, ev->events) != ev->events);
+			set_in_added(m, kernel_events != ev->events);
 			m->events = ev->events;
 			m->data = ev->data.u64;
 			m->disarmed = 0;
@@ -240,7 +240,7 @@ void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev
 		if (!m)
 			goto out;
 		*m = (struct member){ .epfd = epfd, .fd = fd, .events = ev->events, .data = ev->data.u64, .sock = s };
-		set_in_added(m, dsock_epoll_kernel_events(fd, ev->events) != ev->events);
+		set_in_added(m, kernel_events != ev->events);
 		for (int k = 0; k < 4; k++)
 			link_in(m, k);
 		set_count(epfd, 1);

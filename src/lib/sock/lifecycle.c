@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <string.h>
 
 #include "lib/core/sysret.h"
 
@@ -49,25 +48,22 @@ static void settle(struct dsock_sock *s, int fd, int role, const struct sockaddr
 	unsigned reason = DSOCK_R_NOT_TCP;
 	struct sockaddr_storage l, p;
 	socklen_t ll = sizeof(l), pl = sizeof(p);
-	int have_l = 0, have_p = 0;
+	const struct sockaddr *local = NULL;
 
 	if (!is_inet(s)) {
 		s->reason = (uint16_t)reason;
 		return;
 	}
-	/* asked once: for the rules and for the daemon's event */
-	have_l = dsock_real.getsockname(fd, (struct sockaddr *)&l, &ll) == 0;
-	if (peer) /* what connect was given, or accept returned */
-		memcpy(&p, peer, peer->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-							     : sizeof(struct sockaddr_in));
-	if (peer)
-		have_p = 1;
-	else if (s->state >= DSOCK_ST_CONNECTING)
-		have_p = dsock_real.getpeername(fd, (struct sockaddr *)&p, &pl) == 0;
+	/* asked once: for the rules and for the daemon's event; the peer is
+	 * what connect was given, or accept returned, when we have it */
+	if (dsock_real.getsockname(fd, (struct sockaddr *)&l, &ll) == 0)
+		local = (struct sockaddr *)&l;
+	if (!peer && s->state >= DSOCK_ST_CONNECTING &&
+	    dsock_real.getpeername(fd, (struct sockaddr *)&p, &pl) == 0)
+		peer = (struct sockaddr *)&p;
 	if (s->type == SOCK_STREAM) {
 		int rule;
-		if (!dsock_rules_conn_allowed(&dsock_proc.rules, have_l ? (void *)&l : NULL,
-					      have_p ? (void *)&p : NULL, &rule))
+		if (!dsock_rules_conn_allowed(&dsock_proc.rules, local, peer, &rule))
 			reason = DSOCK_R_DENIED_RULE;
 		else
 			dsock_transport_offer(s, fd, role, &reason);
@@ -76,7 +72,7 @@ static void settle(struct dsock_sock *s, int fd, int role, const struct sockaddr
 	/* an address the kernel would not give is asked again (and found
 	 * missing) by the event, as before */
 	dsock_ctl_sock_event_at(s, fd, role == DSOCK_ROLE_ACCEPT ? DSOCK_EV_ACCEPT : DSOCK_EV_CONNECT,
-				have_l ? (struct sockaddr *)&l : NULL, have_p ? (struct sockaddr *)&p : NULL);
+				local, peer);
 }
 
 int dsock_sock_socket(int domain, int type, int protocol)

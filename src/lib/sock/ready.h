@@ -47,7 +47,9 @@ int dsock_spin_seen_contention(long long now_ns);
 unsigned dsock_epoll_kernel_events(int fd, unsigned events);
 /* Members registered so: while > 0, our epoll_wait looks at every event. */
 extern _Atomic long dsock_epoll_in_added;
-void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev);
+/* epoll_ctl succeeded; kernel_events: what was registered with the kernel
+ * for ev (dsock_epoll_kernel_events), when ev is given. */
+void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev, unsigned kernel_events);
 /* fd (or fds first..last) closed: forget it as a member and as a set. */
 void dsock_epoll_forget_fd(int fd);
 void dsock_epoll_forget_range(unsigned first, unsigned last);

@@ -290,7 +290,6 @@ static void space_freed(struct shm_conn *c, int fd)
 
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&c->rx->tx_waiting, __ATOMIC_RELAXED)) {
-
 		w = __atomic_exchange_n(&c->rx->tx_waiting, 0, __ATOMIC_SEQ_CST);
 		__atomic_add_fetch(&c->rx->space_seq, 1, __ATOMIC_SEQ_CST);
 		syscall(SYS_futex, &c->rx->space_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
@@ -749,6 +748,16 @@ out:
 }
 
 /* ---- receive -------------------------------------------------------------- */
+/* The peer has switched and we have read every kernel byte it sent before:
+ * the ring is ours to read from now on (rx lock held). */
+static void rx_switch_if_read(struct shm_conn *c)
+{
+	uint64_t sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_SEQ_CST);
+
+	if (sw != DSOCK_SWITCH_NONE && __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE) >= sw)
+		__atomic_store_n(&c->me->rx_switched, 1, __ATOMIC_SEQ_CST);
+}
+
 /* Pre-switch kernel data for a receiver: at most up to the peer's switch
  * offset, so no token is ever taken for data.  The caller is hot (set
  * before this reads switch_off: the peer sends tokens only after its switch
@@ -1005,9 +1014,7 @@ again:
 		 * soak's stall: the server had read exactly up to the client's
 		 * switch offset and 33,485 bytes sat in its ring unseen.) */
 		hot(c, 0);
-		uint64_t sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_SEQ_CST);
-		if (sw != DSOCK_SWITCH_NONE && __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE) >= sw)
-			__atomic_store_n(&c->me->rx_switched, 1, __ATOMIC_SEQ_CST);
+		rx_switch_if_read(c);
 	}
 	if (c->state == SC_ATTACHED && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
 		int k = !eof && !err_is_fatal(err) ? rx_leave(c, fd) : rx_settle(c, fd);
@@ -1186,9 +1193,7 @@ int shm_spurious_in(struct dsock_sock *s, int fd)
 		 * queue for a 40 ms ACK: a 64 MiB download from nginx took 0.8 s
 		 * instead of 0.1.  Once the kernel holds no more of the peer's
 		 * data, every byte there is a token. */
-		uint64_t sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_SEQ_CST);
-		if (sw != DSOCK_SWITCH_NONE && __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE) >= sw)
-			__atomic_store_n(&c->me->rx_switched, 1, __ATOMIC_SEQ_CST);
+		rx_switch_if_read(c);
 		shm_unlock(&c->rx->rx_lock);
 	}
 	if (!c || c->state != SC_ATTACHED || !__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) ||
