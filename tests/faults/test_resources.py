@@ -12,7 +12,10 @@
      stays byte-exact, and a shutdown after the storm still ends it cleanly;
   5. the daemon cannot create connection memory (a file-size limit makes
      its ftruncate fail): the pairing stays on the kernel, byte-exact, the
-     daemon lives, and pairs again once the limit is lifted.
+     daemon lives, and pairs again once the limit is lifted;
+  6. spinning follows DSOCK_SPIN_US: an epoll loop waiting 3 ms between
+     messages spends about the setting per wait polling (1000: at least
+     30 ms of CPU over 100 waits), and with 0 none (under 15 ms).
 
 Each check prints ok/FAIL; last line 'resources: N passed, N failed'."""
 import os, shutil, subprocess, sys, tempfile
@@ -104,6 +107,31 @@ print("exact" if ok else "CORRUPT", bad, "EOF" if tail == b"" else repr(tail), f
 c.close(); os.kill(pid, 9)
 '''
 
+# An epoll echo thread; the main thread sends a byte every 3 ms.  Prints
+# the echo thread's CPU time in ms and whether every byte came back.
+SPIN = r'''
+import resource, select, socket, threading, time
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(1)
+c = socket.create_connection(l.getsockname()); s, _ = l.accept()
+c.sendall(b"w"); s.recv(1); s.sendall(b"w"); c.recv(1); time.sleep(0.05)  # paired
+cpu = []
+def echo():
+    ep = select.epoll(); ep.register(s.fileno(), select.EPOLLIN)
+    t0 = resource.getrusage(resource.RUSAGE_THREAD)
+    for _ in range(100):
+        ep.poll(5)
+        s.sendall(s.recv(1))
+    t1 = resource.getrusage(resource.RUSAGE_THREAD)
+    cpu.append((t1.ru_utime + t1.ru_stime - t0.ru_utime - t0.ru_stime) * 1000)
+t = threading.Thread(target=echo); t.start()
+ok = True
+for i in range(100):
+    time.sleep(0.003)
+    c.sendall(bytes([i])); ok = ok and c.recv(1) == bytes([i])
+t.join()
+print(round(cpu[0]), "exact" if ok else "CORRUPT", flush=True)
+'''
+
 
 def check(name, cond, detail=""):
     results.append(bool(cond))
@@ -174,6 +202,16 @@ try:
     check("5. ... and once it can again, connections go on the rings", r.stdout.strip() == "exact" and rings >= 2,
           (r.stdout, r.stderr, rings))
     stop("fsz.sock")
+
+    spun = {}
+    for us in (1000, 0):
+        r, rings, _ = run(SPIN, extra_env={"DSOCK_SPIN_US": str(us)})
+        out = r.stdout.split()
+        spun[us] = (int(out[0]) if out[1:] == ["exact"] and rings >= 2 else None, r.stdout, r.stderr[-400:], rings)
+    check("6. DSOCK_SPIN_US=1000: an epoll loop polls about 1 ms per wait (>= 30 ms CPU in 100 waits)",
+          spun[1000][0] is not None and spun[1000][0] >= 30, spun[1000])
+    check("6. DSOCK_SPIN_US=0: it sleeps at once (< 15 ms CPU in 100 waits)",
+          spun[0][0] is not None and spun[0][0] < 15, spun[0])
 
     r, rings, _ = run(STORM)
     out = r.stdout.split()

@@ -17,7 +17,8 @@ _Atomic long dsock_hidden_readable;
 _Atomic long dsock_fastpath_conns;
 _Atomic int dsock_sleepers;
 
-#define DSOCK_POLL_SPIN_NS 50000L /* how long a poller polls before it sleeps */
+/* How long a poller or a receiver polls before it sleeps (DSOCK_SPIN_US). */
+int64_t dsock_spin_ns = 50000;
 
 #define PROBE_EVERY_NS 200000LL    /* a spinning thread probes this often */
 #define YIELD_BUSY_NS 10000LL       /* a sched_yield this long: another thread ran */
@@ -173,7 +174,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	int fast = max > 0 && atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) > 0;
 	if (blocking && fast) {
 		long long t0 = mono_ns(), tn = t0;
-		long budget = dsock_spin_contended(t0) ? 0 : DSOCK_POLL_SPIN_NS;
+		long long budget = dsock_spin_contended(t0) ? 0 : dsock_spin_ns;
 		for (int spins = 0; tn - t0 <= budget; spins++) {
 			if ((n = epoll_now(epfd, ev, max)) != 0)
 				return n;

@@ -35,6 +35,11 @@ void dsock_hidden_set(struct dsock_sock *s, int *flag, int on);
  * dsock_spin_contended: 1 if the caller should not spin beyond a short pure
  * spin (it probes when due).  dsock_spin_yield: yields; 1 if others ran. */
 int dsock_spin_contended(long long now_ns);
+/* How long a poller or a receiver polls before it sleeps, in ns
+ * (DSOCK_SPIN_US; default 50 us).  0: no spinning, for pipelines of more
+ * busy processes than cores, where a spinner takes a core that the next
+ * stage needs (docs/ARCHITECTURE.md, "Spinning"). */
+extern int64_t dsock_spin_ns;
 int dsock_spin_yield(long long now_ns);
 /* 1 if this thread saw contention lately (no probe). */
 int dsock_spin_seen_contention(long long now_ns);

@@ -248,19 +248,28 @@ static void on_result(const struct dsock_msg_result *r, int memfd)
  * 1 ms 1.93x; docs/ARCHITECTURE.md, "Lingering leases"). */
 int64_t shm_lease_ns = 1000000;
 
+/* A setting in microseconds (0 to 1 s) into *ns; a bad one is ignored. */
+static void env_us(const char *name, int64_t *ns)
+{
+	const char *v = getenv(name);
+	char *end;
+	long long us;
+
+	if (!v || !*v)
+		return;
+	us = strtoll(v, &end, 10);
+	if (*end || us < 0 || us > 1000000)
+		DSOCK_WARN("%s=%s ignored: microseconds, 0 to 1000000", name, v);
+	else
+		*ns = us * 1000;
+}
+
 int dsock_shm_init(void)
 {
 	const char *on = getenv("DSOCK_FASTPATH");
-	const char *lease = getenv("DSOCK_LEASE_US");
 
-	if (lease && *lease) {
-		char *end;
-		long long us = strtoll(lease, &end, 10);
-		if (*end || us < 0 || us > 1000000)
-			DSOCK_WARN("DSOCK_LEASE_US=%s ignored: microseconds, 0 to 1000000", lease);
-		else
-			shm_lease_ns = us * 1000;
-	}
+	env_us("DSOCK_LEASE_US", &shm_lease_ns);
+	env_us("DSOCK_SPIN_US", &dsock_spin_ns);
 
 	if (on && !strcmp(on, "0"))
 		return 0; /* DSOCK_FASTPATH=0: every connection stays on the kernel */

@@ -21,7 +21,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define SPIN_NS 50000 /* poll the ring this long before sleeping */
+#define SPIN_NS 50000 /* a receiver's lease while in recv (its spin: dsock_spin_ns) */
 #define SHORT_LEASE_NS 50000 /* the longest lease under contention (see rx_leave) */
 #define SPIN_PURE_NS 2000 /* of which this long without yielding */
 
@@ -821,7 +821,7 @@ ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 	size_t total = iov_total(m), got = 0;
 	int peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek;
 	int err = 0, eof = 0, nb = -1;
-	int64_t spin_end = 0, next_check = 0;
+	int64_t spin_end = 0, spin_start = 0, next_check = 0;
 
 	c = shm_conn(s);
 	while (!shm_progress(s, fd) || c->state != SC_ATTACHED) {
@@ -957,13 +957,17 @@ again:
 			err = -EAGAIN;
 			break;
 		}
-		if (!spin_end)
-			spin_end = t_now + (dsock_spin_contended(t_now) ? SPIN_PURE_NS : SPIN_NS);
+		if (!spin_end) {
+			spin_start = t_now;
+			spin_end = t_now + (dsock_spin_contended(t_now) ? SPIN_PURE_NS : dsock_spin_ns);
+			if (spin_end > t_now + dsock_spin_ns)
+				spin_end = t_now + dsock_spin_ns; /* (DSOCK_SPIN_US below 2) */
+		}
 		if (t_now < spin_end) {
 			/* a few microseconds of pure spinning, then yield on every
 			 * round: with more runnable threads than cores (2 here) the
 			 * peer we wait for may need this very core */
-			if (spin_end - t_now < SPIN_NS - SPIN_PURE_NS ||
+			if (t_now - spin_start >= SPIN_PURE_NS ||
 			    __atomic_load_n(&c->peer->cpu, __ATOMIC_RELAXED) == (uint32_t)sched_getcpu() + 1) {
 				/* (at once when the peer shares our CPU); a yield that
 				 * let others run means more runnable threads than
