@@ -174,7 +174,8 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	int fast = max > 0 && atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) > 0;
 	if (blocking && fast) {
 		long long t0 = mono_ns(), tn = t0;
-		long long budget = dsock_spin_contended(t0) ? 0 : dsock_spin_ns;
+		long long budget = dsock_spin_ns && !dsock_spin_contended(t0) ? dsock_spin_ns : -1;
+		/* (no spin: the look after the settle below is the only one) */
 		for (int spins = 0; tn - t0 <= budget; spins++) {
 			if ((n = epoll_now(epfd, ev, max)) != 0)
 				return n;

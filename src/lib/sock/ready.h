@@ -26,20 +26,21 @@ extern _Atomic int dsock_sleepers;
 struct dsock_sock;
 void dsock_hidden_set(struct dsock_sock *s, int *flag, int on);
 
+/* How long a poller or a receiver polls before it sleeps, in ns
+ * (DSOCK_SPIN_US; default 50 us).  0: no spinning, for pipelines of more
+ * busy processes than cores, where a spinner takes a core that the next
+ * stage needs (docs/ARCHITECTURE.md, "Wake-ups"). */
+extern int64_t dsock_spin_ns;
+
 /* Spinning politely.  A spinner that never blocks starves the other
  * processes when there are more runnable threads than CPUs (4 ping-pong
  * pairs on 2 cores left two pairs at 0.3-1.9 ms p99 while two spun).  So
  * every spinning thread probes now and then (a sched_yield that takes more
  * than a few microseconds means another thread ran) and, once it has seen
- * contention, spins only briefly and sleeps for the next 20 ms.
+ * contention, spins only briefly and sleeps for the next 5 ms.
  * dsock_spin_contended: 1 if the caller should not spin beyond a short pure
  * spin (it probes when due).  dsock_spin_yield: yields; 1 if others ran. */
 int dsock_spin_contended(long long now_ns);
-/* How long a poller or a receiver polls before it sleeps, in ns
- * (DSOCK_SPIN_US; default 50 us).  0: no spinning, for pipelines of more
- * busy processes than cores, where a spinner takes a core that the next
- * stage needs (docs/ARCHITECTURE.md, "Spinning"). */
-extern int64_t dsock_spin_ns;
 int dsock_spin_yield(long long now_ns);
 /* 1 if this thread saw contention lately (no probe). */
 int dsock_spin_seen_contention(long long now_ns);

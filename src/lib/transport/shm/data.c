@@ -958,10 +958,12 @@ again:
 			break;
 		}
 		if (!spin_end) {
+			/* (no probe when there is no spin to shorten) */
+			int64_t budget = dsock_spin_ns;
+			if (budget > SPIN_PURE_NS && dsock_spin_contended(t_now))
+				budget = SPIN_PURE_NS;
 			spin_start = t_now;
-			spin_end = t_now + (dsock_spin_contended(t_now) ? SPIN_PURE_NS : dsock_spin_ns);
-			if (spin_end > t_now + dsock_spin_ns)
-				spin_end = t_now + dsock_spin_ns; /* (DSOCK_SPIN_US below 2) */
+			spin_end = t_now + budget;
 		}
 		if (t_now < spin_end) {
 			/* a few microseconds of pure spinning, then yield on every
