@@ -147,7 +147,12 @@ struct dsock_msg_sock_event {
  * answers an offer or a stat request (all processes), when the process
  * leaves, and when the process rings (DSOCK_MSG_EVENTS, sent when the
  * ring is half full).  Events that matter at once (listeners, fast-path
- * sockets) still go as messages.  Each side trusts only its private copy
+ * sockets) still go as messages.  Nor does an event overtake a message sent
+ * before it (`after`): the daemon may read the ring while messages of the
+ * process still wait in its socket (for another process's offer or stat
+ * request, or for a doorbell sent before them), and a CLOSE read before
+ * the CONNECT that went as a message while the ring was full left a closed
+ * socket in stat (a CI run of a669eae).  Each side trusts only its private copy
  * of its own index and checks the other's; the daemon checks every event
  * it copies out as it checks a SOCK_EVENT message.  (A connect/accept/close
  * loop ran at 0.33x the kernel's rate when every event was a message: a
@@ -160,6 +165,10 @@ struct dsock_ev_ring {
 	uint64_t head; /* events ever read (the daemon) */
 	uint8_t pad1[56];
 	struct dsock_msg_sock_event ev[DSOCK_EVRING_SLOTS];
+	/* per slot: the header seq of the last message (a doorbell aside) the
+	 * library sent before it wrote the event; the daemon applies the event
+	 * only once it has handled that message */
+	uint32_t after[DSOCK_EVRING_SLOTS];
 };
 #define DSOCK_MAIL_SIZE \
 	((DSOCK_EVRING_OFF + sizeof(struct dsock_ev_ring) + 4095) / 4096 * 4096)

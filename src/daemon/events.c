@@ -35,6 +35,11 @@ unsigned long dd_events_drain(struct dd_proc *p, unsigned long *bad)
 	}
 	for (; p->ev_head != tail; p->ev_head++) {
 		struct dsock_msg_sock_event ev;
+		uint32_t after = __atomic_load_n(&r->after[p->ev_head % DSOCK_EVRING_SLOTS], __ATOMIC_RELAXED);
+		/* written after a message we have not handled yet: it waits
+		 * (a writer that lies here only holds up its own events) */
+		if ((int32_t)(after - p->seen_seq) > 0)
+			break;
 		memcpy(&ev, &r->ev[p->ev_head % DSOCK_EVRING_SLOTS], sizeof(ev));
 		if (dsock_sock_event_check(&ev) || dd_event_apply(p, &ev))
 			(*bad)++;

@@ -32,6 +32,7 @@ struct dd_proc {
 	size_t mail_len;              /* its mapping's length */
 	struct dsock_ev_ring *evr;    /* its event ring (in that mapping), or NULL */
 	uint64_t ev_head;             /* events read from it (ours, not the ring's) */
+	uint32_t seen_seq;            /* header seq of its last message handled */
 	struct dd_proc *next;
 };
 

@@ -422,6 +422,8 @@ static int on_readable(uint32_t slot)
 			r = -EMSGSIZE;
 		} else {
 			r = on_message(c, slot, m.b, (size_t)n, fd);
+			if (r == 0 && c->proc)
+				c->proc->seen_seq = m.h.seq; /* (see dd_events_drain) */
 		}
 		if (r == 1)
 			return 1;

@@ -34,9 +34,9 @@ def wait_for(pred, secs=5.0):
     return False
 
 MAGIC, VERSION = 0x4b435344, 1
-def hdr(type_, payload=b"", magic=MAGIC, version=VERSION, length=None):
+def hdr(type_, payload=b"", magic=MAGIC, version=VERSION, length=None, seq=1):
     n = 16 + len(payload) if length is None else length
-    return struct.pack("<IHHII", magic, version, type_, n, 1) + payload
+    return struct.pack("<IHHII", magic, version, type_, n, seq) + payload
 
 def ctl():
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -218,6 +218,33 @@ h.send(hdr(12))
 s = stat()
 check("a ring count out of range is refused, the daemon serves on", "daemon pid=" in s and
       int(s.split("bad_msgs=")[1].split()[0]) >= bad0 + 3, s[:300])
+h.close(); mm.close(); os.close(mfd)
+
+# an event in the ring never overtakes a message sent before it: a CLOSE
+# whose slot says "after message 2", read by the daemon (for a stat
+# request, or before message 2 itself) while that message (the socket's
+# CONNECT) is unread, waits for it; read first, it left a closed socket in
+# stat (a CI run)
+mfd = os.memfd_create("order-mail", os.MFD_ALLOW_SEALING)
+os.ftruncate(mfd, MAIL_SIZE)
+fcntl.fcntl(mfd, 1033, 0x0002 | 0x0004 | 0x0001)
+mm = mmap.mmap(mfd, MAIL_SIZE)
+h = ctl()
+socket.send_fds(h, [hdr(1, struct.pack("<Ii32s16s", 0, 0, b"order", b"0"))], [mfd])
+AFTER_OFF = RING_OFF + 128 + SLOTS * SLOT
+mm[RING_OFF + 128:RING_OFF + 128 + SLOT] = ev(4, 9, 88, 5, 1, 2, 4343)
+mm[AFTER_OFF:AFTER_OFF + 4] = struct.pack("<I", 2)
+mm[RING_OFF:RING_OFF + 8] = struct.pack("<Q", 1)
+stat()
+check("a ring event written after an unread message waits for it",
+      struct.unpack_from("<Q", mm, RING_OFF + 64)[0] == 0)
+h.send(hdr(2, ev(2, 9, 88, 5, 1, 2, 4343), seq=2))
+def applied_in_order():
+    s = stat()
+    return struct.unpack_from("<Q", mm, RING_OFF + 64)[0] == 1 and not any(
+        l.startswith("sock pid=%d fd=9 id=88 " % os.getpid()) for l in s.splitlines())
+check("... and follows it: the socket's CONNECT, then its CLOSE (no record left)", wait_for(applied_in_order),
+      "\n".join(l for l in stat().splitlines() if "id=88" in l))
 h.close(); mm.close(); os.close(mfd)
 
 # 5. restart the daemon under a live process: it re-registers and replays

@@ -25,6 +25,7 @@
 static _Atomic int ctl_fd = -1;
 static atomic_flag ctl_busy = ATOMIC_FLAG_INIT;
 static uint32_t ctl_seq;
+static uint32_t ctl_ordered_seq; /* of the last message sent, doorbells aside */
 static int64_t ctl_next_try_ns;
 static _Atomic unsigned long ctl_dropped;
 static const struct dsock_mail_page *mail;  /* the daemon writes it */
@@ -149,6 +150,7 @@ static int ring_put_locked(const struct dsock_msg_sock_event *m)
 	if (h > evr_tail || evr_tail - h >= DSOCK_EVRING_SLOTS)
 		return -ENOSPC;
 	memcpy(&evr->ev[evr_tail % DSOCK_EVRING_SLOTS], m, sizeof(*m));
+	evr->after[evr_tail % DSOCK_EVRING_SLOTS] = ctl_ordered_seq;
 	/* release: the daemon sees the slot before the count */
 	__atomic_store_n(&evr->tail, ++evr_tail, __ATOMIC_RELEASE);
 	if (evr_tail - h == DSOCK_EVRING_SLOTS / 2)
@@ -209,8 +211,11 @@ static int ctl_send_fd_locked(uint16_t type, const void *payload, size_t len, in
 	if (len)
 		memcpy(buf + sizeof(struct dsock_msg_hdr), payload, len);
 	dsock_cmsg_put_fd(&mh, &cm, pass_fd);
-	if (dsock_real.sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+	if (dsock_real.sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) {
+		if (type != DSOCK_MSG_EVENTS)
+			ctl_ordered_seq = ctl_seq;
 		return 0;
+	}
 	if (errno == EAGAIN || errno == ENOBUFS)
 		return -EAGAIN;
 	DSOCK_INFO("lost the daemon (%s)", strerror(errno));
