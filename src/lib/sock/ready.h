@@ -27,9 +27,9 @@ struct dsock_sock;
 void dsock_hidden_set(struct dsock_sock *s, int *flag, int on);
 
 /* How long a poller or a receiver polls before it sleeps, in ns
- * (DSOCK_SPIN_US; default 50 us).  0: no spinning, for pipelines of more
- * busy processes than cores, where a spinner takes a core that the next
- * stage needs (docs/ARCHITECTURE.md, "Wake-ups"). */
+ * (DSOCK_SPIN_US; default 50 us).  0: no spinning, which saves the CPU
+ * the spins take when more busy processes than cores share the machine
+ * (docs/ARCHITECTURE.md, "Wake-ups"). */
 extern int64_t dsock_spin_ns;
 
 /* Spinning politely.  A spinner that never blocks starves the other
