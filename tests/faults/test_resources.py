@@ -13,9 +13,11 @@
   5. the daemon cannot create connection memory (a file-size limit makes
      its ftruncate fail): the pairing stays on the kernel, byte-exact, the
      daemon lives, and pairs again once the limit is lifted;
-  6. spinning follows DSOCK_SPIN_US: an epoll loop waiting 3 ms between
-     messages spends about the setting per wait polling (1000: at least
-     30 ms of CPU over 100 waits), and with 0 none (under 15 ms).
+  6. spinning follows DSOCK_SPIN_US and pays its way: an epoll loop whose
+     messages come 0.4 ms apart polls for them (1000: at least 25 ms of
+     CPU over 100 waits) and with 0 sleeps at once (under 15 ms); messages
+     3 ms apart, which a 1 ms spin never catches, soon stop the spinning
+     (under 40 ms, where spinning every wait takes about 90).
 
 Each check prints ok/FAIL; last line 'resources: N passed, N failed'."""
 import os, shutil, subprocess, sys, tempfile
@@ -107,29 +109,38 @@ print("exact" if ok else "CORRUPT", bad, "EOF" if tail == b"" else repr(tail), f
 c.close(); os.kill(pid, 9)
 '''
 
-# An epoll echo thread; the main thread sends a byte every 3 ms.  Prints
-# the echo thread's CPU time in ms and whether every byte came back.
+# An epoll echo loop in one process, a sender in another (each on a CPU of
+# its own where there are two: a sender spinning on the echo's CPU would
+# make the echo's yield probe see contention and stop spinning for that
+# reason); the sender sends a byte every GAP seconds.  Prints the echo
+# process's CPU time in ms and whether every byte came back.
 SPIN = r'''
-import resource, select, socket, threading, time
+import os, resource, select, socket, sys, time
+gap = float(sys.argv[1])
+cpus = sorted(os.sched_getaffinity(0))
 l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(1)
 c = socket.create_connection(l.getsockname()); s, _ = l.accept()
-c.sendall(b"w"); s.recv(1); s.sendall(b"w"); c.recv(1); time.sleep(0.05)  # paired
-cpu = []
-def echo():
-    ep = select.epoll(); ep.register(s.fileno(), select.EPOLLIN)
-    t0 = resource.getrusage(resource.RUSAGE_THREAD)
-    for _ in range(100):
-        ep.poll(5)
-        s.sendall(s.recv(1))
-    t1 = resource.getrusage(resource.RUSAGE_THREAD)
-    cpu.append((t1.ru_utime + t1.ru_stime - t0.ru_utime - t0.ru_stime) * 1000)
-t = threading.Thread(target=echo); t.start()
-ok = True
-for i in range(100):
-    time.sleep(0.003)
-    c.sendall(bytes([i])); ok = ok and c.recv(1) == bytes([i])
-t.join()
-print(round(cpu[0]), "exact" if ok else "CORRUPT", flush=True)
+for _ in range(2):  # paired, and attached (the round after the pairing) before the fork
+    c.sendall(b"w"); s.recv(1); s.sendall(b"w"); c.recv(1); time.sleep(0.05)
+pid = os.fork()
+if pid == 0:
+    s.close()
+    if len(cpus) > 1: os.sched_setaffinity(0, {cpus[1]})
+    ok = True
+    for i in range(100):
+        time.sleep(gap)
+        c.sendall(bytes([i])); ok = ok and c.recv(1) == bytes([i])
+    os._exit(0 if ok else 1)
+c.close()
+if len(cpus) > 1: os.sched_setaffinity(0, {cpus[0]})
+ep = select.epoll(); ep.register(s.fileno(), select.EPOLLIN)
+t0 = resource.getrusage(resource.RUSAGE_SELF)
+for _ in range(100):
+    ep.poll(50)
+    s.sendall(s.recv(1))
+t1 = resource.getrusage(resource.RUSAGE_SELF)
+_, st = os.waitpid(pid, 0)
+print(round((t1.ru_utime + t1.ru_stime - t0.ru_utime - t0.ru_stime) * 1000), "exact" if st == 0 else "CORRUPT", flush=True)
 '''
 
 
@@ -204,14 +215,19 @@ try:
     stop("fsz.sock")
 
     spun = {}
-    for us in (1000, 0):
-        r, rings, _ = run(SPIN, extra_env={"DSOCK_SPIN_US": str(us)})
+    for us, gap in ((1000, 0.0004), (0, 0.0004), (1000, 0.003)):
+        r, rings, _ = run(SPIN, gap, extra_env={"DSOCK_SPIN_US": str(us)})
         out = r.stdout.split()
-        spun[us] = (int(out[0]) if out[1:] == ["exact"] and rings >= 2 else None, r.stdout, r.stderr[-400:], rings)
-    check("6. DSOCK_SPIN_US=1000: an epoll loop polls about 1 ms per wait (>= 30 ms CPU in 100 waits)",
-          spun[1000][0] is not None and spun[1000][0] >= 30, spun[1000])
-    check("6. DSOCK_SPIN_US=0: it sleeps at once (< 15 ms CPU in 100 waits)",
-          spun[0][0] is not None and spun[0][0] < 15, spun[0])
+        spun[us, gap] = (int(out[0]) if out[1:] == ["exact"] and rings >= 1 else None, r.stdout,
+                         r.stderr[-400:], rings)
+    got = spun[1000, 0.0004]
+    check("6. DSOCK_SPIN_US=1000: an epoll loop polls for messages 0.4 ms apart (>= 25 ms CPU in 100 waits)",
+          got[0] is not None and got[0] >= 25, got)
+    got = spun[0, 0.0004]
+    check("6. DSOCK_SPIN_US=0: it sleeps at once (< 15 ms CPU in 100 waits)", got[0] is not None and got[0] < 15, got)
+    got = spun[1000, 0.003]
+    check("6. DSOCK_SPIN_US=1000, messages 3 ms apart: spins that never catch one stop (< 40 ms CPU)",
+          got[0] is not None and got[0] < 40, got)
 
     r, rings, _ = run(STORM)
     out = r.stdout.split()

@@ -27,6 +27,29 @@ int64_t dsock_spin_ns = 50000;
 static __thread long long probe_at, contended_until;
 static __thread int busy_yields; /* in a row: a kworker's blip is not contention */
 
+#define SCORE_ONE 1024        /* a spin that found something */
+#define SCORE_MIN 256         /* spin while a quarter of them do */
+#define SCORE_SHIFT 2         /* each outcome weighs a quarter */
+#define PROBE_CALLS 8         /* below it, one wait in this many spins */
+
+static __thread int spin_score = SCORE_ONE;
+static __thread unsigned spin_skipped;
+
+int dsock_spin_worth(void)
+{
+	if (spin_score >= SCORE_MIN)
+		return 1;
+	if (++spin_skipped < PROBE_CALLS)
+		return 0;
+	spin_skipped = 0;
+	return 1;
+}
+
+void dsock_spin_outcome(int found)
+{
+	spin_score += ((found ? SCORE_ONE : 0) - spin_score) >> SCORE_SHIFT;
+}
+
 static long long mono_ns(void)
 {
 	struct timespec ts;
@@ -132,14 +155,21 @@ static int needs_filter(void)
 	       atomic_load_explicit(&dsock_epoll_in_added, memory_order_relaxed);
 }
 
-/* The kernel's events now (no waiting), with the hidden ones added. */
-static int epoll_now(int epfd, struct epoll_event *ev, int max)
+/* The kernel's events now (no waiting), with the hidden ones added.
+ * kernel_anyway 0: when nothing hidden is readable, 0 without asking the
+ * kernel (a caller that waits in the kernel next hears it there; two such
+ * looks per sleep were two of nginx's six epoll_wait calls per request in
+ * the web pipeline).  The hidden ones are looked at once: an edge-triggered
+ * member's edge is used up by the look. */
+static int epoll_now(int epfd, struct epoll_event *ev, int max, int kernel_anyway)
 {
 	struct epoll_event hid[64];
 	int n, extra = 0;
 
 	if (atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0)
 		extra = dsock_epset_hidden(epfd, hid, max < 64 ? max : 64);
+	if (!extra && !kernel_anyway)
+		return 0;
 	n = dsock_real.epoll_wait(epfd, ev, max, 0);
 	if (n < 0)
 		return -errno;
@@ -164,7 +194,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	int blocking = kind == DSOCK_EPW_PWAIT2 ? !t || t->tv_sec || t->tv_nsec : timeout_ms != 0;
 
 	if (max > 0 && atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0 &&
-	    ((n = epoll_now(epfd, ev, max)) != 0 || !blocking))
+	    ((n = epoll_now(epfd, ev, max, !blocking)) != 0 || !blocking))
 		return n;
 	/* With fast-path connections, poll the kernel's readiness (and the
 	 * rings of lingering receivers) for a moment before sleeping: a token
@@ -175,10 +205,16 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	if (blocking && fast) {
 		long long t0 = mono_ns(), tn = t0;
 		long long budget = dsock_spin_ns && !dsock_spin_contended(t0) ? dsock_spin_ns : -1;
+		int spins = 0;
 		/* (no spin: the look after the settle below is the only one) */
-		for (int spins = 0; tn - t0 <= budget; spins++) {
-			if ((n = epoll_now(epfd, ev, max)) != 0)
+		for (; tn - t0 <= budget; spins++) {
+			if ((n = epoll_now(epfd, ev, max, 1)) != 0) {
+				if (spins)
+					dsock_spin_outcome(1);
 				return n;
+			}
+			if (!spins && !dsock_spin_worth())
+				break;
 			tn = mono_ns();
 			if (timeout_ms > 0 && tn - t0 >= timeout_ms * 1000000LL)
 				break;
@@ -187,12 +223,14 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			if (spins > 8 && dsock_spin_yield(tn))
 				break;
 		}
+		if (spins)
+			dsock_spin_outcome(0);
 	}
 	if (blocking && fast) {
 		/* about to sleep: end the leases, then look once more */
 		atomic_fetch_add(&dsock_sleepers, 1);
 		dsock_transports_before_sleep();
-		if ((n = epoll_now(epfd, ev, max)) != 0) {
+		if ((n = epoll_now(epfd, ev, max, 0)) != 0) {
 			atomic_fetch_sub(&dsock_sleepers, 1);
 			return n;
 		}

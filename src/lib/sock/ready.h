@@ -45,6 +45,17 @@ int dsock_spin_yield(long long now_ns);
 /* 1 if this thread saw contention lately (no probe). */
 int dsock_spin_seen_contention(long long now_ns);
 
+/* Spinning only where it pays, learnt per thread: a spin that ends with
+ * something to read saved a sleep and a wake-up, one that runs out spent
+ * its CPU for nothing (on 2 cores, CPU the other processes of a pipeline
+ * were waiting for).  dsock_spin_worth: 1 if this wait may spin (while at
+ * least a quarter of this thread's recent spins found something; below
+ * that one wait in 8 still spins, to see whether it pays again).
+ * dsock_spin_outcome: a spin (one that may find something: not a wait
+ * that had something at once) found something (1) or ran out (0). */
+int dsock_spin_worth(void);
+void dsock_spin_outcome(int found);
+
 /* The events to register with the kernel for the application's events on
  * fd.  A writer waiting edge-triggered for EPOLLOUT alone on a connection a
  * transport may carry is told of ring space by a byte arriving on its

@@ -820,7 +820,7 @@ ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 	struct shm_conn *c;
 	size_t total = iov_total(m), got = 0;
 	int peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek;
-	int err = 0, eof = 0, nb = -1;
+	int err = 0, eof = 0, nb = -1, spun = 0;
 	int64_t spin_end = 0, spin_start = 0, next_check = 0;
 
 	c = shm_conn(s);
@@ -900,6 +900,10 @@ again:
 			break; /* a zero-length recv returns 0 once data is there */
 		if (avail > 0 && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
 			size_t n = total - got < (size_t)avail ? total - got : (size_t)avail;
+			if (spun) {
+				dsock_spin_outcome(1);
+				spun = 0;
+			}
 			ring_copy(c->rxd, c->size, head, m, got, n, 0);
 			got += n;
 			count_ring_use(c);
@@ -959,7 +963,7 @@ again:
 		}
 		if (!spin_end) {
 			/* (no probe when there is no spin to shorten) */
-			int64_t budget = dsock_spin_ns;
+			int64_t budget = dsock_spin_worth() ? dsock_spin_ns : 0;
 			if (budget > SPIN_PURE_NS && dsock_spin_contended(t_now))
 				budget = SPIN_PURE_NS;
 			spin_start = t_now;
@@ -979,7 +983,12 @@ again:
 			} else
 				for (int i = 0; i < 16; i++)
 					cpu_relax(); /* ~11 ns each here */
+			spun = 1;
 			continue;
+		}
+		if (spun) {
+			dsock_spin_outcome(0); /* ran out: the sleep was not spared */
+			spun = 0;
 		}
 		/* sleep in the kernel: a token, FIN or RST wakes us; the kernel
 		 * applies SO_RCVTIMEO and signal restart rules exactly as for a
