@@ -23,8 +23,9 @@ int64_t dsock_spin_ns = 50000;
 #define PROBE_EVERY_NS 200000LL    /* a spinning thread probes this often */
 #define YIELD_BUSY_NS 10000LL       /* a sched_yield this long: another thread ran */
 #define CONTENDED_FOR_NS 5000000LL  /* then spin briefly for this long */
+#define COURTESY_NS 20000LL         /* a spinner that keeps finding its data yields this often */
 
-static __thread long long probe_at, contended_until;
+static __thread long long probe_at, contended_until, courtesy_at;
 static __thread int busy_yields; /* in a row: a kworker's blip is not contention */
 
 #define SCORE_ONE 1024        /* a spin that found something */
@@ -80,7 +81,13 @@ int dsock_spin_contended(long long now_ns)
 		return 1;
 	if (now_ns >= probe_at) {
 		probe_at = now_ns + PROBE_EVERY_NS;
+		courtesy_at = now_ns + COURTESY_NS;
 		return dsock_spin_yield(now_ns);
+	}
+	if (now_ns >= courtesy_at) {
+		/* (not a probe: whether others ran says nothing here) */
+		courtesy_at = now_ns + COURTESY_NS;
+		sched_yield();
 	}
 	return 0;
 }
