@@ -75,9 +75,9 @@ static void ctl_send_locked(uint16_t type, const void *payload, size_t len, int 
 {
 	int r;
 
-	if (atomic_load(&ctl_fd) < 0 || len > 256)
-		return;
-	r = ctl_send_fd_locked(type, payload, len, -1);
+	if (atomic_load(&ctl_fd) < 0)
+		return; /* (not a lost daemon: no reconnect from here) */
+	r = ctl_send_fd_locked(type, payload, len, -1); /* -EMSGSIZE above 256 */
 	if (r == -EAGAIN)
 		atomic_fetch_add(&ctl_dropped, 1);
 	else if (r == -ENOTCONN && may_reconnect && ctl_connect_locked(0, 0) == 0) {
