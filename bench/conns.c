@@ -3,6 +3,11 @@
  *
  *   conns rate SECS          connect/accept/close loop on loopback (client and
  *                            server in one thread): prints "conn_per_sec"
+ *   conns req SECS           one 100 B request and its 100 B answer per
+ *                            connection: a client that connects, asks, reads
+ *                            and closes, one connection at a time, and an
+ *                            epoll server (a fork child) that echoes and
+ *                            closes at EOF: prints "requests_per_sec"
  *   conns scale N SECS       N connections between two processes (a parent
  *                            that accepts and echoes with epoll, a child that
  *                            connects); the child then sends 14 B round trips
@@ -48,6 +53,71 @@ static int rate(double secs)
 		n++;
 	} while ((t = now_s()) - t0 < secs);
 	printf("%.0f\n", n / (t - t0));
+	return 0;
+}
+
+/* The server of req: accepts and echoes until killed. */
+static void req_server(int l)
+{
+	int ep = epoll_create1(0);
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = l }, evs[64];
+	char b[512];
+
+	if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, l, &ev) < 0)
+		die("epoll");
+	for (;;) {
+		int k = epoll_wait(ep, evs, 64, -1);
+		for (int i = 0; i < k; i++) {
+			int fd = evs[i].data.fd;
+			if (fd == l) {
+				int a = accept(l, NULL, NULL);
+				struct epoll_event e = { .events = EPOLLIN, .data.fd = a };
+				if (a < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, a, &e) < 0)
+					die("accept");
+				continue;
+			}
+			ssize_t m = recv(fd, b, sizeof(b), 0);
+			if (m > 0 && send(fd, b, (size_t)m, 0) != m)
+				die("echo");
+			if (m <= 0) {
+				epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+				close(fd);
+			}
+		}
+	}
+}
+
+static int req(double secs)
+{
+	struct sockaddr_in sa;
+	int l = loopback_listener(&sa, 1024);
+	struct linger lg = { 1, 0 }; /* RST on close: no TIME_WAIT pile-up */
+	char b[100];
+	long n = 0;
+	double t0, t;
+	pid_t child = fork();
+
+	if (child < 0)
+		die("fork");
+	if (child == 0)
+		req_server(l);
+	close(l);
+	memset(b, 'q', sizeof(b));
+	t0 = now_s();
+	do {
+		int c = socket(AF_INET, SOCK_STREAM, 0);
+		if (c < 0 || connect(c, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+			die("connect");
+		if (send(c, b, sizeof(b), 0) != (ssize_t)sizeof(b) ||
+		    recv(c, b, sizeof(b), MSG_WAITALL) != (ssize_t)sizeof(b))
+			die("request");
+		setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		close(c);
+		n++;
+	} while ((t = now_s()) - t0 < secs);
+	printf("%.0f\n", n / (t - t0));
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
 	return 0;
 }
 
@@ -165,8 +235,10 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (argc == 3 && !strcmp(argv[1], "rate"))
 		return rate(atof(argv[2]));
+	if (argc == 3 && !strcmp(argv[1], "req"))
+		return req(atof(argv[2]));
 	if (argc == 4 && !strcmp(argv[1], "scale"))
 		return scale(atoi(argv[2]), atof(argv[3]));
-	fprintf(stderr, "usage: conns rate SECS | conns scale N SECS\n");
+	fprintf(stderr, "usage: conns rate SECS | conns req SECS | conns scale N SECS\n");
 	return 2;
 }

@@ -353,6 +353,10 @@ def conn_rate(mode):
     return float(run([tool("conns"), "rate", str(S)], mode).stdout.split()[0])
 
 
+def conn_req(mode):
+    return float(run([tool("conns"), "req", str(S)], mode).stdout.split()[0])
+
+
 def conn_scale(mode, n):
     out = run([tool("conns"), "scale", str(n), str(S)], mode).stdout.split()
     mib = lambda k: round(int(k) / 1024, 1) if int(k) >= 0 else None  # negative: could not be read
@@ -415,6 +419,7 @@ for streams in (1, 4):
     measure(f"iperf3 {streams} stream{'s' if streams > 1 else ''}", iperf, streams,
             metrics=[("", "Gbit/s", "higher", 0)])
 measure("connect/accept/close loop (bench/conns.c rate)", conn_rate, metrics=[("", "conn/s", "higher", 0)])
+measure("one 100 B request per connection (bench/conns.c req)", conn_req, metrics=[("", "req/s", "higher", 0)])
 for n in CONNS:
     measure(f"{n} connections, 14 B round trips round-robin (bench/conns.c scale)", conn_scale, n,
             metrics=[("", "round trips/s", "higher", 0), (", RSS both processes", "MiB", "lower", 1),

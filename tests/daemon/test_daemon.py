@@ -247,6 +247,37 @@ check("... and follows it: the socket's CONNECT, then its CLOSE (no record left)
       "\n".join(l for l in stat().splitlines() if "id=88" in l))
 h.close(); mm.close(); os.close(mfd)
 
+# 4c. a connection that carries one exchange (a request, its answer, the
+# close) is never offered: each end offers at its fourth data call
+# (DSOCK_OFFER_CALLS), and the pairing could only land after the bytes
+def pairings():
+    d = [l for l in stat().splitlines() if l.startswith("daemon ")]
+    return sum(int(d[0].split(k + "=")[1].split()[0]) for k in ("paired", "kernel", "pending")) if d else -1
+EXCH = """
+import socket, sys
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(64)
+for n in map(int, sys.argv[1:]):
+    c = socket.create_connection(l.getsockname()); s, _ = l.accept()
+    for i in range(n):
+        c.sendall(b"q" * 100); s.recv(100, socket.MSG_WAITALL); s.sendall(b"a" * 100); c.recv(100, socket.MSG_WAITALL)
+    c.close(); s.recv(1); s.close()
+print("done")
+"""
+before = pairings()
+r = subprocess.run([DSOCK, "run", "--", sys.executable, "-c", EXCH] + ["1"] * 20, env=dict(ENV, DSOCK_FASTPATH="1"),
+                   capture_output=True, text=True, timeout=60)
+time.sleep(0.3)
+check("20 one-exchange connections: none offered for pairing", r.stdout.strip() == "done" and pairings() == before,
+      str((r.stdout, r.stderr[-300:], before, pairings())))
+r = subprocess.run([DSOCK, "run", "--", sys.executable, "-c", EXCH, "10"], env=dict(ENV, DSOCK_FASTPATH="1"),
+                   capture_output=True, text=True, timeout=60)
+check("... while one of 10 exchanges is", r.stdout.strip() == "done" and wait_for(lambda: pairings() >= before + 1),
+      str((r.stdout, r.stderr[-300:], before, pairings())))
+r = subprocess.run([DSOCK, "run", "--", sys.executable, "-c", EXCH] + ["1"] * 5,
+                   env=dict(ENV, DSOCK_FASTPATH="1", DSOCK_OFFER_CALLS="1"), capture_output=True, text=True, timeout=60)
+check("... and with DSOCK_OFFER_CALLS=1 one-exchange connections are offered at once",
+      r.stdout.strip() == "done" and wait_for(lambda: pairings() >= before + 6), str((r.stdout, before, pairings())))
+
 # 5. restart the daemon under a live process: it re-registers and replays
 dpid = int(open(SOCK + ".lock").read())
 r = dsock("stop")

@@ -50,8 +50,8 @@ elif how == "as":
 ok = True
 for c, s in conns:
     for i in range(300):
-        if i == 1:
-            time.sleep(0.05)   # the pairing (asynchronous) lands before the rest
+        if i == 2:  # both ends offered (their 4th calls, round 1): the pairing lands before the rest
+            time.sleep(0.05)
         msg = bytes([i % 251]) * (1 + i % 200)
         c.sendall(msg)
         got = b""
@@ -120,7 +120,7 @@ gap = float(sys.argv[1])
 cpus = sorted(os.sched_getaffinity(0))
 l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(1)
 c = socket.create_connection(l.getsockname()); s, _ = l.accept()
-for _ in range(2):  # paired, and attached (the round after the pairing) before the fork
+for _ in range(5):  # offered (each end's 4th call), paired and attached (the round after) before the fork
     c.sendall(b"w"); s.recv(1); s.sendall(b"w"); c.recv(1); time.sleep(0.05)
 pid = os.fork()
 if pid == 0:

@@ -248,6 +248,11 @@ static void on_result(const struct dsock_msg_result *r, int memfd)
  * 1 ms 1.93x; docs/ARCHITECTURE.md, "Lingering leases"). */
 int64_t shm_lease_ns = 1000000;
 
+/* A connection is offered at its shm_offer_calls-th send or receive
+ * (DSOCK_OFFER_CALLS; 1: at the first). */
+int shm_offer_calls = 4;
+#define OFFER_BYTES 65536 /* ... or once this much moved */
+
 /* A setting in microseconds (0 to 1 s) into *ns; a bad one is ignored. */
 static void env_us(const char *name, int64_t *ns)
 {
@@ -270,6 +275,15 @@ int dsock_shm_init(void)
 
 	env_us("DSOCK_LEASE_US", &shm_lease_ns);
 	env_us("DSOCK_SPIN_US", &dsock_spin_ns);
+	const char *oc = getenv("DSOCK_OFFER_CALLS");
+	if (oc && *oc) {
+		char *end;
+		long n = strtol(oc, &end, 10);
+		if (*end || n < 1 || n > 1000000)
+			DSOCK_WARN("DSOCK_OFFER_CALLS=%s ignored: a count, 1 to 1000000", oc);
+		else
+			shm_offer_calls = (int)n;
+	}
 
 	if (on && !strcmp(on, "0"))
 		return 0; /* DSOCK_FASTPATH=0: every connection stays on the kernel */
@@ -364,7 +378,16 @@ static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 			sched_yield(); /* a system call and a message: short */
 		return;
 	}
-	if (c->state == SC_OFFER_DUE) {
+	/* the first call calibrates (before any byte of ours moves; every
+	 * byte read from then on counts in pending_read), the
+	 * shm_offer_calls-th offers, or an earlier one once 64 KiB moved
+	 * (a bulk transfer should not wait for calls): a connection that lives
+	 * for one small exchange (a request, its answer, the close) never
+	 * costs a pairing */
+	if (c->state == SC_OFFER_DUE && c->calibrated && ++c->calls < shm_offer_calls &&
+	    atomic_load(&c->pending_read) + atomic_load(&c->early_sent) >= OFFER_BYTES)
+		c->calls = shm_offer_calls;
+	if (c->state == SC_OFFER_DUE && (!c->calibrated || c->calls >= shm_offer_calls)) {
 		/* the state, not SO_ERROR: reading that would consume a pending
 		 * error (a reset) that the application must still see */
 		struct tcp_info ti;
@@ -373,12 +396,18 @@ static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 		    (ti.tcpi_state != TCP_ESTABLISHED && ti.tcpi_state != TCP_SYN_SENT &&
 		     ti.tcpi_state != TCP_SYN_RECV)) {
 			shm_to_kernel(s, DSOCK_R_NOT_ESTABLISHED);
-		} else if (ti.tcpi_state == TCP_ESTABLISHED) {
+		} else if (ti.tcpi_state == TCP_ESTABLISHED && !c->calibrated) {
 			s->state = DSOCK_ST_CONNECTED;
+			if (shm_calibrate(c, fd))
+				shm_to_kernel(s, DSOCK_R_NO_DAEMON);
+			c->calibrated = 1;
+			c->calls = 1;
+		}
+		if (c->calibrated && c->calls >= shm_offer_calls && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE)) {
 			unlink_pending(c);
-			if (c->refuse || shm_calibrate(c, fd) || send_offer(s, fd, c->role, &reason))
+			if (c->refuse || send_offer(s, fd, c->role, &reason))
 				shm_to_kernel(s, c->refuse ? DSOCK_R_FORKED : DSOCK_R_NO_DAEMON);
-		} /* else still connecting */
+		} /* else still connecting, or not yet */
 	}
 	atomic_store(&c->offering, 0);
 }

@@ -639,6 +639,8 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 		pthread_mutex_lock(&c->mu);
 		r = dsock_real.sendmsg(fd, m, flags);
 		err = errno;
+		if (r > 0 && c->state == SC_OFFER_DUE)
+			atomic_fetch_add(&c->early_sent, r);
 		pthread_mutex_unlock(&c->mu);
 		return r < 0 ? -err : r;
 	}

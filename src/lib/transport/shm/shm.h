@@ -32,6 +32,9 @@ struct shm_conn {
 	_Atomic int state;   /* SC_*: any thread of ours may look */
 	_Atomic int offering; /* a thread is offering (OFFER_DUE) */
 	int refuse;          /* forked or exec'ed while pending: refuse pairing */
+	int calibrated;      /* OFFER_DUE: tx_base read at the first data call */
+	int calls;           /* OFFER_DUE: data calls since (offering thread) */
+	_Atomic int64_t early_sent; /* bytes sent on the kernel before the offer */
 	int offer_done;      /* the daemon no longer holds our socket */
 	int wr_shut;         /* shut down for writing (maybe before attaching) */
 	int side;            /* 0 connect end, 1 accept end */
@@ -85,6 +88,7 @@ static inline struct shm_conn *shm_conn(struct dsock_sock *s)
 }
 
 /* conn.c */
+extern int shm_offer_calls; /* DSOCK_OFFER_CALLS */
 int dsock_shm_init(void);
 int shm_offer(struct dsock_sock *s, int fd, int role, unsigned *reason);
 /* Delivers mail and settles an OFFER_DUE / PENDING / delayed connection.
