@@ -347,12 +347,11 @@ int shm_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 		return -ENOMEM;
 	}
 	s->tp_priv = c;
-	/* The first data call (or readiness check) offers, not connect or
-	 * accept themselves: a connection closed before it carries a byte never
-	 * costs a round trip to the daemon (a connect/accept/close loop ran 10x
+	/* A data call offers (the fourth: offer_due), not connect or accept
+	 * themselves: a connection closed before it carries a byte never costs
+	 * a round trip to the daemon (a connect/accept/close loop ran 10x
 	 * slower when both offered at once), and a nonblocking connect offers
-	 * only once it has completed.  Calibrating then is still before any
-	 * byte of ours moved. */
+	 * only once it has completed. */
 	c->state = SC_OFFER_DUE;
 	c->role = role;
 	pthread_mutex_lock(&pending_mu);
@@ -364,11 +363,12 @@ int shm_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 	return 0;
 }
 
-/* OFFER_DUE: offers the connection once it is established.  One thread
- * does it (a reader and a writer thread may both make a fresh connection's
- * first calls: both offered, and the pending list looped on itself, seen
- * as a threaded Python echo spinning in on_result); the others wait for
- * it, since no byte may move before its calibration. */
+/* OFFER_DUE: counts the call, and offers the connection when its turn
+ * has come and it is established.  One thread does it (a reader and a
+ * writer thread may both make a fresh connection's first calls: both
+ * offered, and the pending list looped on itself, seen as a threaded
+ * Python echo spinning in on_result); the others wait for it, so that no
+ * byte moves while the offer reads its baseline. */
 static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 {
 	unsigned reason;
@@ -378,16 +378,14 @@ static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 			sched_yield(); /* a system call and a message: short */
 		return;
 	}
-	/* the first call calibrates (before any byte of ours moves; every
-	 * byte read from then on counts in pending_read), the
-	 * shm_offer_calls-th offers, or an earlier one once 64 KiB moved
-	 * (a bulk transfer should not wait for calls): a connection that lives
-	 * for one small exchange (a request, its answer, the close) never
-	 * costs a pairing */
-	if (c->state == SC_OFFER_DUE && c->calibrated && ++c->calls < shm_offer_calls &&
+	/* the shm_offer_calls-th data call offers, or an earlier one once 64
+	 * KiB moved (a bulk transfer should not wait for calls): a connection
+	 * that lives for one small exchange (a request, its answer, the
+	 * close) never costs a pairing, nor a system call of ours */
+	if (c->state == SC_OFFER_DUE && ++c->calls < shm_offer_calls &&
 	    atomic_load(&c->pending_read) + atomic_load(&c->early_sent) >= OFFER_BYTES)
 		c->calls = shm_offer_calls;
-	if (c->state == SC_OFFER_DUE && (!c->calibrated || c->calls >= shm_offer_calls)) {
+	if (c->state == SC_OFFER_DUE && c->calls >= shm_offer_calls) {
 		/* the state, not SO_ERROR: reading that would consume a pending
 		 * error (a reset) that the application must still see */
 		struct tcp_info ti;
@@ -396,18 +394,12 @@ static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 		    (ti.tcpi_state != TCP_ESTABLISHED && ti.tcpi_state != TCP_SYN_SENT &&
 		     ti.tcpi_state != TCP_SYN_RECV)) {
 			shm_to_kernel(s, DSOCK_R_NOT_ESTABLISHED);
-		} else if (ti.tcpi_state == TCP_ESTABLISHED && !c->calibrated) {
+		} else if (ti.tcpi_state == TCP_ESTABLISHED) {
 			s->state = DSOCK_ST_CONNECTED;
-			if (shm_calibrate(c, fd))
-				shm_to_kernel(s, DSOCK_R_NO_DAEMON);
-			c->calibrated = 1;
-			c->calls = 1;
-		}
-		if (c->calibrated && c->calls >= shm_offer_calls && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE)) {
 			unlink_pending(c);
-			if (c->refuse || send_offer(s, fd, c->role, &reason))
+			if (c->refuse || shm_calibrate(c, fd) || send_offer(s, fd, c->role, &reason))
 				shm_to_kernel(s, c->refuse ? DSOCK_R_FORKED : DSOCK_R_NO_DAEMON);
-		} /* else still connecting, or not yet */
+		} /* else still connecting: a later call looks again */
 	}
 	atomic_store(&c->offering, 0);
 }

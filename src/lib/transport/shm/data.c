@@ -132,7 +132,13 @@ int64_t shm_kernel_sent(int fd)
 
 int shm_calibrate(struct shm_conn *c, int fd)
 {
+	/* the stream's origin: what the kernel counts now, less what we sent
+	 * before the offer (no send of ours in between: they hold mu) */
+	pthread_mutex_lock(&c->mu);
 	c->tx_base = shm_kernel_sent(fd);
+	if (c->tx_base >= 0)
+		c->tx_base -= atomic_load(&c->early_sent);
+	pthread_mutex_unlock(&c->mu);
 	return c->tx_base < 0 ? -EINVAL : 0;
 }
 

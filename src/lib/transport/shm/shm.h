@@ -32,9 +32,9 @@ struct shm_conn {
 	_Atomic int state;   /* SC_*: any thread of ours may look */
 	_Atomic int offering; /* a thread is offering (OFFER_DUE) */
 	int refuse;          /* forked or exec'ed while pending: refuse pairing */
-	int calibrated;      /* OFFER_DUE: tx_base read at the first data call */
-	int calls;           /* OFFER_DUE: data calls since (offering thread) */
-	_Atomic int64_t early_sent; /* bytes sent on the kernel before the offer */
+	int calls;           /* OFFER_DUE: data calls so far (offering thread) */
+	_Atomic int64_t early_sent; /* bytes sent on the kernel before the offer
+				     * (under mu; the calibration subtracts them) */
 	int offer_done;      /* the daemon no longer holds our socket */
 	int wr_shut;         /* shut down for writing (maybe before attaching) */
 	int side;            /* 0 connect end, 1 accept end */
@@ -124,7 +124,9 @@ void dsock_shm_adopt_inherited(void);
 void dsock_shm_exit(void);
 
 /* data.c */
-/* Reads the kernel's counters as the baseline: call before any byte moves. */
+/* Reads the kernel's counters as the baseline: the stream's first byte
+ * (the bytes sent before, early_sent, subtracted; every receive since the
+ * connection's start counts in pending_read). */
 int shm_calibrate(struct shm_conn *c, int fd);
 ssize_t shm_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
 ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
