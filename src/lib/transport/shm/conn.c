@@ -253,37 +253,36 @@ int64_t shm_lease_ns = 1000000;
 int shm_offer_calls = 4;
 #define OFFER_BYTES 65536 /* ... or once this much moved */
 
-/* A setting in microseconds (0 to 1 s) into *ns; a bad one is ignored. */
-static void env_us(const char *name, int64_t *ns)
+/* A setting from lo to hi (unit: for the warning) into *v: 1 if set and
+ * good; a bad one is warned of and ignored. */
+static int env_num(const char *name, long long lo, long long hi, const char *unit, long long *v)
 {
-	const char *v = getenv(name);
+	const char *s = getenv(name);
 	char *end;
-	long long us;
+	long long n;
 
-	if (!v || !*v)
-		return;
-	us = strtoll(v, &end, 10);
-	if (*end || us < 0 || us > 1000000)
-		DSOCK_WARN("%s=%s ignored: microseconds, 0 to 1000000", name, v);
-	else
-		*ns = us * 1000;
+	if (!s || !*s)
+		return 0;
+	n = strtoll(s, &end, 10);
+	if (*end || n < lo || n > hi) {
+		DSOCK_WARN("%s=%s ignored: %s, %lld to %lld", name, s, unit, lo, hi);
+		return 0;
+	}
+	*v = n;
+	return 1;
 }
 
 int dsock_shm_init(void)
 {
 	const char *on = getenv("DSOCK_FASTPATH");
+	long long v;
 
-	env_us("DSOCK_LEASE_US", &shm_lease_ns);
-	env_us("DSOCK_SPIN_US", &dsock_spin_ns);
-	const char *oc = getenv("DSOCK_OFFER_CALLS");
-	if (oc && *oc) {
-		char *end;
-		long n = strtol(oc, &end, 10);
-		if (*end || n < 1 || n > 1000000)
-			DSOCK_WARN("DSOCK_OFFER_CALLS=%s ignored: a count, 1 to 1000000", oc);
-		else
-			shm_offer_calls = (int)n;
-	}
+	if (env_num("DSOCK_LEASE_US", 0, 1000000, "microseconds", &v))
+		shm_lease_ns = v * 1000;
+	if (env_num("DSOCK_SPIN_US", 0, 1000000, "microseconds", &v))
+		dsock_spin_ns = v * 1000;
+	if (env_num("DSOCK_OFFER_CALLS", 1, 1000000, "a count", &v))
+		shm_offer_calls = (int)v;
 
 	if (on && !strcmp(on, "0"))
 		return 0; /* DSOCK_FASTPATH=0: every connection stays on the kernel */
@@ -382,10 +381,8 @@ static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 	 * KiB moved (a bulk transfer should not wait for calls): a connection
 	 * that lives for one small exchange (a request, its answer, the
 	 * close) never costs a pairing, nor a system call of ours */
-	if (c->state == SC_OFFER_DUE && ++c->calls < shm_offer_calls &&
-	    atomic_load(&c->pending_read) + atomic_load(&c->early_sent) >= OFFER_BYTES)
-		c->calls = shm_offer_calls;
-	if (c->state == SC_OFFER_DUE && c->calls >= shm_offer_calls) {
+	if (c->state == SC_OFFER_DUE && (++c->calls >= shm_offer_calls ||
+	    atomic_load(&c->pending_read) + atomic_load(&c->early_sent) >= OFFER_BYTES)) {
 		/* the state, not SO_ERROR: reading that would consume a pending
 		 * error (a reset) that the application must still see */
 		struct tcp_info ti;
