@@ -3,6 +3,7 @@
 #include "conf.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,6 +173,55 @@ STREAM_SCEN(fork_both_hold_then_close)
 	R("recv", recv(s, b, 1, 0));
 	close(c);
 	R("eof now", recv(s, b, 1, 0));
+}
+
+/* A child that shares our memory but has its own fd table (vfork, clone
+ * with CLONE_VM) closes its copy: ours, and the connection, go on. */
+static void after_child_closed(int c, int s)
+{
+	char b[8] = { 0 };
+
+	R("parent send after the child closed its copy", send(c, "parent", 6, 0));
+	R("recv", recv(s, b, 6, MSG_WAITALL));
+	out("data: %.6s", b);
+	R("reply", send(s, "reply", 5, 0));
+	R("parent recv", recv(c, b, 5, MSG_WAITALL));
+	out("data: %.5s", b);
+	close(c);
+	R("eof after the parent's close", recv(s, b, 6, 0));
+}
+
+STREAM_SCEN(vfork_child_closes_its_copy)
+{
+	int c, s, st;
+	pid_t pid;
+
+	fam_pair(f, &c, &s);
+	pid = vfork();
+	if (pid == 0) {
+		close(c);
+		_exit(0);
+	}
+	waitpid(pid, &st, 0);
+	after_child_closed(c, s);
+}
+
+static int close_fd_child(void *arg)
+{
+	close(*(int *)arg);
+	return 0;
+}
+
+STREAM_SCEN(clone_vm_child_closes_its_copy)
+{
+	static char stack[64 * 1024] __attribute__((aligned(16)));
+	int c, s, st;
+	pid_t pid;
+
+	fam_pair(f, &c, &s);
+	pid = clone(close_fd_child, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &c);
+	waitpid(pid, &st, 0);
+	after_child_closed(c, s);
 }
 
 /* exec-child FD MODE: run after exec by exec scenarios */

@@ -33,7 +33,7 @@ def wait_for(pred, secs=5.0):
         time.sleep(0.05)
     return False
 
-MAGIC, VERSION = 0x4b435344, 1
+MAGIC, VERSION = 0x4b435344, 2
 def hdr(type_, payload=b"", magic=MAGIC, version=VERSION, length=None, seq=1):
     n = 16 + len(payload) if length is None else length
     return struct.pack("<IHHII", magic, version, type_, n, seq) + payload
@@ -165,7 +165,7 @@ for x in (s, cli, srv, lsn):
 # 4b. socket events without a message each (the event ring after the mail
 # page): 3,000 connections opened and closed on the kernel (no data, so no
 # pairing) all reach the daemon, in order (no record is left behind), though
-# the ring holds 256: the half-full doorbell and the fallback to messages
+# the ring holds 1,024: the half-full doorbell and the fallback to messages
 def events():
     return int(stat().split("events=")[1].split()[0])
 churn = r"""
@@ -190,7 +190,8 @@ q.stdin.close(); q.wait(timeout=10)
 # a hostile event ring: garbage slots are refused and counted, a count out
 # of range makes the daemon ignore that ring; it keeps serving, and a valid
 # slot shows in stat
-MAIL_SIZE, RING_OFF, SLOT, SLOTS = 24576, 4096, 72, 256
+RING_OFF, SLOT, SLOTS = 4096, 72, 1024
+MAIL_SIZE = (RING_OFF + 128 + SLOTS * (SLOT + 4) + 4095) // 4096 * 4096
 def ev(event, fd, sid, state, path, reason, port):
     addr = struct.pack("<HH16s", 2, port, b"\0" * 10 + b"\xff\xff" + bytes([127, 0, 0, 1]))
     return struct.pack("<IiQHHHHHH", event, fd, sid, 2, 1, state, path, reason, 0) + addr + \

@@ -47,7 +47,7 @@ int main(void)
 	ASSERT_EQ(dsock_msg_check(m.b, DSOCK_MSG_MAX + 1), -EMSGSIZE);
 	n = hello(); m.h.magic ^= 1;
 	ASSERT_EQ(dsock_msg_check(m.b, n), -EBADMSG);
-	n = hello(); m.h.version = 2;
+	n = hello(); m.h.version = DSOCK_PROTO_VERSION + 1;
 	ASSERT_EQ(dsock_msg_check(m.b, n), -EPROTO);
 	n = hello(); m.h.type = 0;
 	ASSERT_EQ(dsock_msg_check(m.b, n), -EBADMSG);

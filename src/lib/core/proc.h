@@ -18,12 +18,21 @@ struct dsock_proc {
 
 extern struct dsock_proc dsock_proc;
 
-/* 0 inside a vfork child (or a raw clone) that shares our memory but not our
- * fd table: such a child must not change dsock's state.  One getpid system
- * call; used only on close and dup of fds dsock tracks. */
+/* Set (never cleared) before the first vfork, or clone with CLONE_VM and
+ * without CLONE_THREAD, made through libc (interpose/process_calls.c):
+ * until then no process shares our memory without being us. */
+extern int dsock_vm_shared;
+
+/* 0 inside a vfork child (or a clone) that shares our memory but not our
+ * fd table: such a child must not change dsock's state.  A getpid system
+ * call once such a child may exist (two per connection in a connect/accept/
+ * close loop cost ~3 %); used only on close and dup of fds dsock tracks.
+ * (Relaxed: the child sees the store its own thread made before the
+ * system call that created it; any other thread of ours is us.) */
 static inline int dsock_table_owner(void)
 {
-	return (int)syscall(SYS_getpid) == dsock_proc.pid;
+	return !__atomic_load_n(&dsock_vm_shared, __ATOMIC_RELAXED) ||
+	       (int)syscall(SYS_getpid) == dsock_proc.pid;
 }
 
 #endif

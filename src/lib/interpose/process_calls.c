@@ -1,16 +1,81 @@
 /* fork and the exec family.  Exec wrappers keep dsock in the new program
  * (core/env.h); they allocate nothing and touch no shared state, so they
  * are safe in a vfork child, which runs on its parent's stack and memory.
- * vfork itself is not wrapped: returning twice from a wrapper on a shared
- * stack is undefined.  Its child is recognised by dsock_table_owner(). */
+ * vfork itself is not wrapped (returning twice from a wrapper on a shared
+ * stack is undefined): a trampoline notes that a child may share our
+ * memory, then jumps to libc's, whose child dsock_table_owner() then
+ * recognises.  clone with CLONE_VM is noted the same way. */
 #include "lib/interpose/api.h"
 #include "lib/core/env.h"
 
+#include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <unistd.h>
 
 extern char **environ;
+
+int dsock_vm_shared;
+void *dsock_next_vfork; /* libc's, found at the first call */
+
+/* Called (an ordinary call, before any child exists) when dsock_next_vfork
+ * is not known yet; returns it.  No libc vfork: fork, which POSIX allows. */
+void *dsock_vfork_next(void);
+void *dsock_vfork_next(void)
+{
+	void *f = dlsym(RTLD_NEXT, "vfork");
+	if (!f)
+		f = (void *)dsock_real.fork;
+	__atomic_store_n(&dsock_next_vfork, f, __ATOMIC_RELEASE);
+	return f;
+}
+
+/* vfork: note, then a tail jump with the caller's stack as it was, so
+ * that libc's vfork (which pops and pushes its return address around the
+ * system call) runs exactly as if called directly. */
+__asm__(".text\n"
+	".globl vfork\n"
+	".type vfork, @function\n"
+	"vfork:\n"
+	"	endbr64\n"
+	"	movl $1, dsock_vm_shared(%rip)\n"
+	"	movq dsock_next_vfork(%rip), %rax\n"
+	"	testq %rax, %rax\n"
+	"	jz 1f\n"
+	"	jmp *%rax\n"
+	"1:	subq $8, %rsp\n" /* 16-byte alignment for the call */
+	"	call dsock_vfork_next\n"
+	"	addq $8, %rsp\n"
+	"	jmp *%rax\n"
+	".size vfork, .-vfork\n");
+
+typedef int (*clone_fn)(int (*)(void *), void *, int, void *, ...);
+
+DSOCK_API int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
+{
+	static clone_fn next;
+	clone_fn f = __atomic_load_n(&next, __ATOMIC_ACQUIRE);
+	va_list ap;
+
+	if (!f) {
+		f = (clone_fn)dlsym(RTLD_NEXT, "clone");
+		if (!f)
+			return dsock_ret(-ENOSYS);
+		__atomic_store_n(&next, f, __ATOMIC_RELEASE);
+	}
+	/* the optional arguments are passed on whether given or not, as
+	 * libc's own clone reads them */
+	va_start(ap, arg);
+	pid_t *ptid = va_arg(ap, pid_t *);
+	void *tls = va_arg(ap, void *);
+	pid_t *ctid = va_arg(ap, pid_t *);
+	va_end(ap);
+	if ((flags & CLONE_VM) && !(flags & CLONE_THREAD))
+		__atomic_store_n(&dsock_vm_shared, 1, __ATOMIC_RELAXED);
+	return f(fn, stack, flags, arg, ptid, tls, ctid);
+}
 
 DSOCK_API pid_t fork(void)
 {
