@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -222,6 +223,40 @@ STREAM_SCEN(clone_vm_child_closes_its_copy)
 	pid = clone(close_fd_child, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &c);
 	waitpid(pid, &st, 0);
 	after_child_closed(c, s);
+}
+
+/* A vfork child that closes every fd above stderr (as a spawning library
+ * does) before it would exec: the parent's epoll set, in the memory the
+ * child shared, still reports its socket with its data. */
+STREAM_SCEN(vfork_child_closes_all_epoll_goes_on)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0x1234 }, out_ev[4];
+	char b[4];
+	int c, s, ep, st, n;
+	pid_t pid;
+
+	fam_pair(f, &c, &s);
+	ep = epoll_create1(0);
+	epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev);
+	for (int round = 0; round < 2; round++) {
+		pid = vfork();
+		if (pid == 0) {
+			if (round == 0)
+				close_range(3, ~0u, 0);
+			else
+				for (int fd = 3; fd < 64; fd++)
+					close(fd);
+			_exit(0);
+		}
+		waitpid(pid, &st, 0);
+		R("send", send(c, "abc", 3, 0));
+		n = epoll_wait(ep, out_ev, 4, 2000);
+		out("epoll_wait %d: data %#llx", n, n > 0 ? (unsigned long long)out_ev[0].data.u64 : 0ULL);
+		R("recv", recv(s, b, 3, 0));
+		n = epoll_wait(ep, out_ev, 4, 0);
+		out("then epoll_wait %d", n);
+	}
+	close(ep);
 }
 
 /* exec-child FD MODE: run after exec by exec scenarios */

@@ -6,6 +6,7 @@
  * and by socket, and the hidden-readable sockets are a short list of their
  * own (a wait walks that list, not the members). */
 #include "lib/sock/epset.h"
+#include "lib/core/proc.h"
 #include "lib/sock/ready.h"
 #include "lib/sock/sock.h"
 #include "lib/transport/transport.h"
@@ -255,6 +256,10 @@ void dsock_epoll_forget_range(unsigned first, unsigned last)
 	int a_set = sets_lost;
 
 	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
+		return;
+	/* a vfork child closes its own fds, not ours: our sets stay (they
+	 * dropped the parent's members, and its epoll_wait missed the ring) */
+	if (!dsock_table_owner())
 		return;
 	pthread_mutex_lock(&mu);
 	for (size_t i = 0; i < nsets; i++)
