@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define DSOCK_SHM_MAGIC    0x52485344u /* "DSHR" */
-#define DSOCK_SHM_VERSION  4
+#define DSOCK_SHM_VERSION  5
 #define DSOCK_SHM_HDR      4096u
 #define DSOCK_RING_MIN     (4u << 10)
 #define DSOCK_RING_MAX     (64u << 20)
@@ -69,7 +69,11 @@ struct dsock_shm_ring {
 	 * each send a cache-line transfer for the lock and another for the
 	 * unlock (the consumer had read the line in between) */
 	uint32_t tx_lock;     /* tid holding the producer side (threads, fork) */
-	uint8_t pad4[DSOCK_CL - 4];
+	uint32_t pad5;
+	uint64_t tail_writer; /* who stored tail last (pid << 32 | its
+			       * connection's number there): that producer
+			       * may use its own copy of tail, not this line's */
+	uint8_t pad4[DSOCK_CL - 16];
 	/* consumer's line */
 	uint64_t head;        /* bytes ever read */
 	uint32_t rx_lock;

@@ -304,6 +304,9 @@ static struct shm_conn *new_conn(struct dsock_sock *s)
 
 	if (!c)
 		return NULL;
+	static _Atomic uint32_t nr;
+
+	c->nr = atomic_fetch_add(&nr, 1) + 1;
 	c->exec_memfd = -1;
 	c->delayed_memfd = -1;
 	c->kfd = -1;

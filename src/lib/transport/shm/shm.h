@@ -48,6 +48,10 @@ struct shm_conn {
 	uint32_t size;       /* ring size, read once at attach, never again */
 	unsigned char *txd, *rxd;
 	uint64_t tx_head;    /* the consumer's head as we last saw it */
+	uint64_t tx_tail;    /* the tail we stored last (see tx_space_for), */
+	int tx_tail_ok;      /* ... once we stored one (an exec'd image has
+			      * our pid and may reuse our numbers) */
+	uint32_t nr;         /* this connection's number in this process */
 	struct dsock_shm_ring *tx, *rx;
 	struct dsock_shm_side *me, *peer;
 	int unbacked;        /* rx ring has data that no token backs */
