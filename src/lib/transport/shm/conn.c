@@ -286,6 +286,7 @@ int dsock_shm_init(void)
 
 	if (on && !strcmp(on, "0"))
 		return 0; /* DSOCK_FASTPATH=0: every connection stays on the kernel */
+	shm_membarrier_register();
 	dsock_ctl_set_result_handler(on_result);
 	return dsock_transport_register(&dsock_shm_transport);
 }
@@ -526,6 +527,7 @@ void dsock_shm_fork_child(void)
 	struct shm_conn *list = pending;
 
 	shm_forget_tid();
+	shm_membarrier_register(); /* a registration is the address space's */
 	pthread_mutex_init(&held_mu, NULL);
 	/* the child counts the connections it moves bytes through itself */
 	atomic_store(&dsock_shm_ring_conns, 0);

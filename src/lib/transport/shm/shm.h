@@ -52,6 +52,10 @@ struct shm_conn {
 	int tx_tail_ok;      /* ... once we stored one (an exec'd image has
 			      * our pid and may reuse our numbers) */
 	uint32_t nr;         /* this connection's number in this process */
+	uint32_t rx_reads;   /* ring reads since we last ended a lease */
+	int lease_skippable; /* the lease we published last has bit 0 (our
+			      * own record: the peer can write the line) */
+	int settling;        /* shm_settle_lingering's mark (linger_mu) */
 	struct dsock_shm_ring *tx, *rx;
 	struct dsock_shm_side *me, *peer;
 	int unbacked;        /* rx ring has data that no token backs */
@@ -93,6 +97,12 @@ static inline struct shm_conn *shm_conn(struct dsock_sock *s)
 
 /* conn.c */
 extern int shm_offer_calls; /* DSOCK_OFFER_CALLS */
+
+/* 1 once this process is registered for MEMBARRIER_CMD_GLOBAL_EXPEDITED
+ * (at start and in a fork child): then its leases may let producers skip
+ * their fence, and it may skip its own (data.c, "skippable leases") */
+extern int shm_membarrier_ok;
+void shm_membarrier_register(void);
 int dsock_shm_init(void);
 int shm_offer(struct dsock_sock *s, int fd, int role, unsigned *reason);
 /* Delivers mail and settles an OFFER_DUE / PENDING / delayed connection.
