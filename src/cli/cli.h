@@ -14,6 +14,9 @@ int cli_connect(void);
 /* Makes sure a daemon serves our socket path, starting one if needed.
  * Returns 0 or -errno (with a message printed). */
 int cli_ensure_daemon(int quiet);
+/* The running daemon's pid and protocol version from its lock file (the
+ * version 0 if it wrote none: from before protocol 3).  0 or -errno. */
+int cli_daemon_lock(int *pid, int *version);
 /* Sends a request of type with no payload; for STAT_REQ calls line() for
  * each record until the end.  Returns 0 or -errno. */
 int cli_request(int type, void (*line)(const char *text, void *arg), void *arg);

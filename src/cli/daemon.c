@@ -75,6 +75,24 @@ int cli_connect(void)
 	return fd;
 }
 
+int cli_daemon_lock(int *pid, int *version)
+{
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)], lock[sizeof(path) + 8];
+	FILE *f;
+	int n;
+
+	if (dsock_socket_path(path, sizeof(path)))
+		return -ENAMETOOLONG;
+	snprintf(lock, sizeof(lock), "%s.lock", path);
+	f = fopen(lock, "r");
+	if (!f)
+		return -errno;
+	*version = 0;
+	n = fscanf(f, "%d %d", pid, version);
+	fclose(f);
+	return n >= 1 && *pid > 1 ? 0 : -ESRCH;
+}
+
 int cli_ensure_daemon(int quiet)
 {
 	char dpath[PATH_MAX];
@@ -83,6 +101,19 @@ int cli_ensure_daemon(int quiet)
 
 	if (fd >= 0) {
 		close(fd);
+		/* one of another build refuses our programs' libraries: they
+		 * would run, on the kernel only (said here, once) */
+		/* one of another build refuses our programs' libraries: they
+		 * would run on the kernel only (its lock file says) */
+		int dpid, ver = 0;
+		char theirs[32] = "an older one";
+		if (!quiet && cli_daemon_lock(&dpid, &ver) == 0 && ver != DSOCK_PROTO_VERSION) {
+			if (ver)
+				snprintf(theirs, sizeof(theirs), "%d", ver);
+			fprintf(stderr, "dsock: the running dsockd (pid %d) speaks protocol version %s, this "
+				"dsock %d: programs run on the kernel until `dsock stop` ends it (the next "
+				"`dsock run` starts this one)\n", dpid, theirs, DSOCK_PROTO_VERSION);
+		}
 		return 0;
 	}
 	r = cli_daemon_path(dpath, sizeof(dpath));
@@ -140,6 +171,13 @@ int cli_request(int type, void (*line)(const char *text, void *arg), void *arg)
 		}
 		if ((size_t)n > DSOCK_MSG_MAX || dsock_msg_check(m.b, (size_t)n)) {
 			r = -EBADMSG;
+			if ((size_t)n >= sizeof(m.h) && m.h.magic == DSOCK_PROTO_MAGIC &&
+			    m.h.version != DSOCK_PROTO_VERSION) {
+				fprintf(stderr, "dsock: the running dsockd speaks protocol version %u, this dsock %u "
+					"(another build): `dsock stop` ends it, the next `dsock run` starts this one\n",
+					(unsigned)m.h.version, DSOCK_PROTO_VERSION);
+				r = -EPROTO;
+			}
 			break;
 		}
 		if (m.h.type == DSOCK_MSG_STAT_LINE) {

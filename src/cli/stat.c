@@ -1,11 +1,16 @@
 /* dsock stat and dsock stop. */
 #include "cli/cli.h"
+#include "common/paths.h"
 #include "common/proto.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
 
 static const char STAT_USAGE[] =
 	"usage: dsock stat [--raw]\n"
@@ -100,6 +105,29 @@ int cmd_stat(int argc, char **argv)
 	return 0;
 }
 
+/* A daemon of another protocol version cannot read our SHUTDOWN: SIGTERM
+ * to the pid its lock file holds (it removes its socket as it goes), and
+ * wait up to 5 s for the socket to go.  0 or -errno. */
+static int stop_by_pid(void)
+{
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	int pid, ver, r = cli_daemon_lock(&pid, &ver);
+
+	if (r)
+		return r;
+	if (dsock_socket_path(path, sizeof(path)))
+		return -ENAMETOOLONG;
+	if (kill(pid, SIGTERM) < 0)
+		return -errno;
+	for (int i = 0; i < 500; i++) {
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+		if (access(path, F_OK) < 0)
+			return 0;
+		nanosleep(&ts, NULL);
+	}
+	return -ETIMEDOUT;
+}
+
 int cmd_stop(int argc, char **argv)
 {
 	int r = cli_request(DSOCK_MSG_SHUTDOWN, NULL, NULL);
@@ -108,6 +136,8 @@ int cmd_stop(int argc, char **argv)
 		fprintf(stderr, "dsock stop: no daemon is running\n");
 		return 0;
 	}
+	if (r == -EPROTO || r == -ECONNRESET)
+		r = stop_by_pid(); /* (a daemon from before the ERROR reply just drops us) */
 	if (r) {
 		fprintf(stderr, "dsock stop: %s\n", strerror(-r));
 		return 1;

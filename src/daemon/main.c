@@ -212,7 +212,9 @@ int main(int argc, char **argv)
 		dsock_log_setup("dsockd", log_file ? open(log_file, O_WRONLY | O_CREAT | O_APPEND, 0600) : 2,
 				level);
 	}
-	dprintf(lock_fd, "%d\n", getpid());
+	/* the pid (dsock stop's fallback) and the protocol version (dsock run
+	 * warns of a daemon of another build) */
+	dprintf(lock_fd, "%d %d\n", getpid(), DSOCK_PROTO_VERSION);
 	rc = dd_serve(lfd, &cfg);
 	unlink(path);
 	DSOCK_INFO("stopped");

@@ -284,6 +284,19 @@ static int on_message(struct dd_client *c, uint32_t slot, const void *buf, size_
 	const void *payload = h + 1;
 	int r = dsock_msg_check(buf, n);
 
+	if (r == -EPROTO) {
+		/* another build's library or CLI: the header's layout is the
+		 * same in every version, so it can read who we are before we
+		 * drop it (dsock stop then ends us by the pid in the lock) */
+		struct dsock_msg_error e = { .err = EPROTO };
+		send_msg(c->fd, DSOCK_MSG_ERROR, &e, sizeof(e));
+		DSOCK_WARN("a client of protocol version %u (ours %u) refused: a dsock of another build",
+			   (unsigned)h->version, DSOCK_PROTO_VERSION);
+		if (fd >= 0)
+			close(fd);
+		return r;
+	}
+
 	/* events the process wrote before this message come first; an offer
 	 * and a stat answer need everyone's (the peer's accepted socket, the
 	 * listener) */

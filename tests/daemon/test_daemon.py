@@ -33,7 +33,7 @@ def wait_for(pred, secs=5.0):
         time.sleep(0.05)
     return False
 
-MAGIC, VERSION = 0x4b435344, 2
+MAGIC, VERSION = 0x4b435344, 3
 def hdr(type_, payload=b"", magic=MAGIC, version=VERSION, length=None, seq=1):
     n = 16 + len(payload) if length is None else length
     return struct.pack("<IHHII", magic, version, type_, n, seq) + payload
@@ -48,8 +48,9 @@ procs = [subprocess.Popen([DSOCK, "run", "--", "true"], env=ENV) for _ in range(
 codes = [p.wait(timeout=30) for p in procs]
 check("concurrent dsock run all succeed", codes == [0] * 6, str(codes))
 out = subprocess.run(["pgrep", "-f", "^dsockd$"], capture_output=True, text=True).stdout.split()
-lockpid = open(SOCK + ".lock").read().strip()
+lockpid, lockver = (open(SOCK + ".lock").read().split() + ["", ""])[:2]
 check("one daemon serves the path", lockpid.isdigit() and os.path.exists("/proc/" + lockpid), lockpid)
+check("its lock file names its pid and protocol version", lockver == str(VERSION), (lockpid, lockver))
 check("socket is private to the user (0600) unless root",
       (os.stat(SOCK).st_mode & 0o777) == (0o666 if os.geteuid() == 0 else 0o600), oct(os.stat(SOCK).st_mode))
 
@@ -109,7 +110,8 @@ for msg in bad:
     try:
         s.send(msg)
         s.settimeout(2)
-        if s.recv(100) == b"":
+        # (one of another version gets an ERROR first, then the drop)
+        if s.recv(100) == b"" or s.recv(100) == b"":
             dropped += 1
     except (ConnectionResetError, BrokenPipeError):
         dropped += 1
@@ -117,6 +119,18 @@ for msg in bad:
         pass
     s.close()
 check("each malformed message drops its client", dropped == len(bad), f"{dropped}/{len(bad)}")
+# a client of another build learns the daemon's version before the drop
+s = ctl()
+s.send(hdr(1, b"\0" * 56, version=VERSION + 1))
+s.settimeout(2)
+try:
+    reply = s.recv(100)
+except OSError:
+    reply = b""
+check("a client of another protocol version gets an ERROR naming ours (EPROTO)",
+      len(reply) == 20 and struct.unpack("<IHHIIi", reply)[1:3] == (VERSION, 8) and
+      struct.unpack("<IHHIIi", reply)[5] == 71, reply)
+s.close()
 big = ctl()
 try:
     big.send(b"A" * 5000)
@@ -279,8 +293,39 @@ r = subprocess.run([DSOCK, "run", "--", sys.executable, "-c", EXCH] + ["1"] * 5,
 check("... and with DSOCK_OFFER_CALLS=1 one-exchange connections are offered at once",
       r.stdout.strip() == "done" and wait_for(lambda: pairings() >= before + 6), str((r.stdout, before, pairings())))
 
+# 4d. a daemon of another build: `dsock run` says so (its lock file gives
+# the version) and runs the program; `dsock stop` ends one that cannot
+# read its request (here a stand-in that drops every client) by the pid in
+# its lock file
+lock = open(SOCK + ".lock").read()
+open(SOCK + ".lock", "w").write(lock.split()[0] + "\n")   # as a daemon from before protocol 3
+r = subprocess.run([DSOCK, "run", "--", "true"], env=ENV, capture_output=True, text=True, timeout=30)
+check("dsock run warns of a daemon of another protocol version, and runs", r.returncode == 0 and
+      "speaks protocol version an older one" in r.stderr and "dsock stop" in r.stderr, r.stderr)
+open(SOCK + ".lock", "w").write(lock)
+r = subprocess.run([DSOCK, "run", "--", "true"], env=ENV, capture_output=True, text=True, timeout=30)
+check("... and not of its own", r.returncode == 0 and r.stderr == "", r.stderr)
+OLD = r"""
+import os, signal, socket, sys
+path = sys.argv[1]
+l = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); l.bind(path); l.listen(8)
+open(path + ".lock", "w").write("%d\n" % os.getpid())
+def bye(*_):
+    os.unlink(path); sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+print("up", flush=True)
+while True:
+    c, _ = l.accept(); c.recv(100); c.close()
+"""
+oldsock = os.path.join(tmp, "old.sock")
+q = subprocess.Popen([sys.executable, "-c", OLD, oldsock], stdout=subprocess.PIPE, text=True)
+q.stdout.readline()
+r = subprocess.run([DSOCK, "stop"], env=dict(ENV, DSOCK_SOCKET=oldsock), capture_output=True, text=True, timeout=30)
+check("dsock stop ends a daemon that drops its request, by the pid in its lock",
+      r.returncode == 0 and q.wait(timeout=10) == 0 and not os.path.exists(oldsock), (r.returncode, r.stderr))
+
 # 5. restart the daemon under a live process: it re-registers and replays
-dpid = int(open(SOCK + ".lock").read())
+dpid = int(open(SOCK + ".lock").read().split()[0])
 r = dsock("stop")
 check("dsock stop", r.returncode == 0 and wait_for(lambda: not os.path.exists("/proc/%d" % dpid)), r.stderr)
 check("socket removed on shutdown", not os.path.exists(SOCK))

@@ -74,7 +74,7 @@ def on_shm(pid, n=1, secs=5):
 
 def daemon_pid():
     try:
-        return int(open(SOCK + ".lock").read().strip())
+        return int(open(SOCK + ".lock").read().split()[0])
     except (OSError, ValueError):
         return 0
 
