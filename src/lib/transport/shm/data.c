@@ -265,8 +265,11 @@ static void ring_doorbell(struct shm_conn *c, int fd)
 {
 	int64_t hu = (int64_t)__atomic_load_n(&c->tx->hot_until, __ATOMIC_RELAXED);
 
-	if ((hu & 1) && shm_membarrier_ok && hu > shm_now_ns())
-		return; /* a skippable lease (above): no fence */
+	/* a skippable lease (above): no fence, and the coarse clock (a lease
+	 * that ended unseen, its consumer gone to a poller we do not see, is
+	 * noticed up to a tick late: its next token comes that much later) */
+	if ((hu & 1) && shm_membarrier_ok && hu > shm_coarse_ns())
+		return;
 	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* orders tail before hot_until */
 	if ((int64_t)__atomic_load_n(&c->tx->hot_until, __ATOMIC_RELAXED) > shm_now_ns())
 		return;

@@ -162,6 +162,7 @@ int shm_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void 
 int shm_hidden_readable(struct dsock_sock *s);
 
 int64_t shm_now_ns(void);
+int64_t shm_coarse_ns(void); /* CLOCK_MONOTONIC at the last tick (conn.c) */
 /* How long a consumer that left recv keeps its lease (DSOCK_LEASE_US). */
 extern int64_t shm_lease_ns;
 /* Lock words in shared memory (tid-tagged; a dead holder's lock is taken
