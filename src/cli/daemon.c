@@ -102,8 +102,6 @@ int cli_ensure_daemon(int quiet)
 	if (fd >= 0) {
 		close(fd);
 		/* one of another build refuses our programs' libraries: they
-		 * would run, on the kernel only (said here, once) */
-		/* one of another build refuses our programs' libraries: they
 		 * would run on the kernel only (its lock file says) */
 		int dpid, ver = 0;
 		char theirs[32] = "an older one";

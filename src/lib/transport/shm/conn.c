@@ -311,15 +311,15 @@ static void drop_exec_memfd(struct shm_conn *c)
 	c->exec_memfd = -1;
 }
 
+static _Atomic uint32_t conn_nr; /* numbers this process's connections (tail_writer) */
+
 static struct shm_conn *new_conn(struct dsock_sock *s)
 {
 	struct shm_conn *c = calloc(1, sizeof(*c));
 
 	if (!c)
 		return NULL;
-	static _Atomic uint32_t nr;
-
-	c->nr = atomic_fetch_add(&nr, 1) + 1;
+	c->nr = atomic_fetch_add(&conn_nr, 1) + 1;
 	c->exec_memfd = -1;
 	c->delayed_memfd = -1;
 	c->kfd = -1;

@@ -430,13 +430,6 @@ static int clear_and_drain(struct shm_conn *c, int fd, int to_end)
 	return shm_drain_tokens(c, fd, to_end);
 }
 
-/* Sets our lease as consumer.  Extending it is written only when less
- * than half of it is left (the producer reads the line on every send);
- * ending it is always followed by a full fence, and by a membarrier if it
- * was skippable (the caller then looks at the ring: Dekker with
- * ring_doorbell, see "skippable leases").  INT64_MAX (closing: no more
- * tokens to us) is never skippable, though its bit 0 is set: a producer
- * that skips its fence for it skips only a token it would not send. */
 static void producers_barrier(void)
 {
 	syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0);
@@ -459,9 +452,16 @@ static int hot_end(struct shm_conn *c)
 	return skippable;
 }
 
+/* Sets our lease as consumer.  Extending it is written only when less
+ * than half of it is left (the producer reads the line on every send);
+ * ending it is always followed by a full fence, and by a membarrier if it
+ * was skippable (the caller then looks at the ring: Dekker with
+ * ring_doorbell, see "skippable leases").  INT64_MAX (closing: no more
+ * tokens to us) is never skippable, though its bit 0 is set: a producer
+ * that skips its fence for it skips only a token it would not send. */
 static void hot(struct shm_conn *c, int64_t until)
 {
-	int64_t cur = (int64_t)__atomic_load_n(&c->rx->hot_until, __ATOMIC_RELAXED);
+	int64_t cur;
 
 	if (until == 0) {
 		/* a skippable lease, live or not: its producers' stores from
@@ -470,6 +470,7 @@ static void hot(struct shm_conn *c, int64_t until)
 			producers_barrier();
 		return;
 	}
+	cur = (int64_t)__atomic_load_n(&c->rx->hot_until, __ATOMIC_RELAXED);
 	if (until != INT64_MAX) {
 		until &= ~(int64_t)1;
 		if (shm_membarrier_ok && c->rx_reads >= SKIP_AFTER_READS)
@@ -592,7 +593,6 @@ static int rx_leave(struct shm_conn *c, int fd)
 void shm_settle_lingering(void)
 {
 	size_t kept = 0;
-
 	int barrier = 0;
 
 	pthread_mutex_lock(&linger_mu);
@@ -838,11 +838,12 @@ again:
 		}
 		size_t n = total - done < (size_t)space ? total - done : (size_t)space;
 		ring_copy(c->txd, c->size, tail, m, done, n, 1);
-		/* release: the bytes are in the ring before the index says so */
 		/* our id first: a holder that dies between the two leaves
 		 * the others loading the line, never trusting a stale copy */
-		if (__atomic_load_n(&c->tx->tail_writer, __ATOMIC_RELAXED) != writer_id(c))
-			__atomic_store_n(&c->tx->tail_writer, writer_id(c), __ATOMIC_RELAXED);
+		uint64_t me = writer_id(c);
+		if (__atomic_load_n(&c->tx->tail_writer, __ATOMIC_RELAXED) != me)
+			__atomic_store_n(&c->tx->tail_writer, me, __ATOMIC_RELAXED);
+		/* release: the bytes are in the ring before the index says so */
 		__atomic_store_n(&c->tx->tail, tail + n, __ATOMIC_RELEASE);
 		c->tx_tail = tail + n;
 		c->tx_tail_ok = 1;

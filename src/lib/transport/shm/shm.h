@@ -98,11 +98,6 @@ static inline struct shm_conn *shm_conn(struct dsock_sock *s)
 /* conn.c */
 extern int shm_offer_calls; /* DSOCK_OFFER_CALLS */
 
-/* 1 once this process is registered for MEMBARRIER_CMD_GLOBAL_EXPEDITED
- * (at start and in a fork child): then its leases may let producers skip
- * their fence, and it may skip its own (data.c, "skippable leases") */
-extern int shm_membarrier_ok;
-void shm_membarrier_register(void);
 int dsock_shm_init(void);
 int shm_offer(struct dsock_sock *s, int fd, int role, unsigned *reason);
 /* Delivers mail and settles an OFFER_DUE / PENDING / delayed connection.
@@ -138,6 +133,11 @@ void dsock_shm_adopt_inherited(void);
 void dsock_shm_exit(void);
 
 /* data.c */
+/* 1 once this process is registered for MEMBARRIER_CMD_GLOBAL_EXPEDITED
+ * (at start and in a fork child): then its leases may let producers skip
+ * their fence, and it may skip its own ("skippable leases") */
+extern int shm_membarrier_ok;
+void shm_membarrier_register(void);
 /* Reads the kernel's counters as the baseline: the stream's first byte
  * (the bytes sent before, early_sent, subtracted; every receive since the
  * connection's start counts in pending_read). */
