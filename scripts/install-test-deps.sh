@@ -2,7 +2,7 @@
 # Installs what building and testing dsock needs, from Debian packages.
 # Needs root (or sudo).  Safe to run again.
 set -eu
-PKGS="build-essential make gcc clang gdb python3 iproute2 procps
+PKGS="build-essential make gcc clang libclang-rt-dev gdb python3 iproute2 procps
       sockperf iperf3 redis-server redis-tools nginx-light wrk haproxy curl bc"
 SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
