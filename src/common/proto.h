@@ -10,10 +10,10 @@
 #include <stdint.h>
 
 #define DSOCK_PROTO_MAGIC   0x4b435344u /* "DSCK" little-endian */
-#define DSOCK_PROTO_VERSION 3 /* 2: the event ring holds 1,024 slots; 3: the
+#define DSOCK_PROTO_VERSION 4 /* 2: the event ring holds 1,024 slots; 3: the
 			      * connection memory is layout version 5 (the
 			      * daemon writes it: a change there is a change
-			      * here) */
+			      * here); 4: layout version 6 */
 #define DSOCK_MSG_MAX       4096
 
 enum dsock_msg_type {

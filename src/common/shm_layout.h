@@ -16,13 +16,16 @@
 #include <stdint.h>
 
 #define DSOCK_SHM_MAGIC    0x52485344u /* "DSHR" */
-#define DSOCK_SHM_VERSION  5
+#define DSOCK_SHM_VERSION  6
 #define DSOCK_SHM_HDR      4096u
 #define DSOCK_RING_MIN     (4u << 10)
 #define DSOCK_RING_MAX     (64u << 20)
 #define DSOCK_RING_DEFAULT (256u << 10)
 #define DSOCK_SWITCH_NONE  UINT64_MAX
 #define DSOCK_CL 64
+
+/* tx_lock: the word names a bias owner (a thread id is below 2^22) */
+#define DSOCK_LOCK_BIAS 0x80000000u
 
 enum { DSOCK_ATT_NONE = 0, DSOCK_ATT_ATTACHED = 1, DSOCK_ATT_REFUSED = 2 };
 /* ring.tx_waiting bits: a poller wants a space token on its kernel socket;
@@ -68,12 +71,16 @@ struct dsock_shm_ring {
 	/* producer's lock line, apart: a lock word on the tail's line cost
 	 * each send a cache-line transfer for the lock and another for the
 	 * unlock (the consumer had read the line in between) */
-	uint32_t tx_lock;     /* tid holding the producer side (threads, fork) */
-	uint32_t pad5;
+	uint32_t tx_lock;     /* tid holding the producer side (threads, fork),
+			       * or DSOCK_LOCK_BIAS | tid: biased to that
+			       * thread, which then enters with no locked
+			       * instruction (shm_tx_lock) */
+	uint32_t bias_busy;   /* the bias owner is inside */
 	uint64_t tail_writer; /* who stored tail last (pid << 32 | its
 			       * connection's number there): that producer
 			       * may use its own copy of tail, not this line's */
-	uint8_t pad4[DSOCK_CL - 16];
+	uint32_t bias_off;    /* a bias was revoked: never biased again */
+	uint8_t pad4[DSOCK_CL - 20];
 	/* consumer's line */
 	uint64_t head;        /* bytes ever read */
 	uint32_t rx_lock;

@@ -5,7 +5,7 @@ socket events shown by `dsock stat`, fork children, malformed input on the
 control socket (the daemon drops that client and keeps serving), a daemon
 restart under a live process (it re-registers), clean shutdown.
 Exit 0 on pass; prints 'daemon: N passed, N failed'."""
-import os, socket, struct, subprocess, sys, tempfile, time
+import os, re, socket, struct, subprocess, sys, tempfile, time
 
 BUILD = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build")
 DSOCK = os.path.join(BUILD, "bin", "dsock")
@@ -16,7 +16,7 @@ results = []
 
 def check(name, cond, detail=""):
     results.append(cond)
-    print(("ok   " if cond else "FAIL ") + name + ("" if cond else "  " + detail), flush=True)
+    print(("ok   " if cond else "FAIL ") + name + ("" if cond else "  " + str(detail)), flush=True)
 
 def dsock(*args, **kw):
     return subprocess.run([DSOCK, *args], env=ENV, capture_output=True, text=True, timeout=60, **kw)
@@ -33,7 +33,10 @@ def wait_for(pred, secs=5.0):
         time.sleep(0.05)
     return False
 
-MAGIC, VERSION = 0x4b435344, 3
+# the protocol version as the sources define it (bumped with each layout change)
+MAGIC = 0x4b435344
+VERSION = int(re.search(r"#define DSOCK_PROTO_VERSION (\d+)",
+                        open(os.path.join(os.path.dirname(__file__), "../../src/common/proto.h")).read()).group(1))
 def hdr(type_, payload=b"", magic=MAGIC, version=VERSION, length=None, seq=1):
     n = 16 + len(payload) if length is None else length
     return struct.pack("<IHHII", magic, version, type_, n, seq) + payload

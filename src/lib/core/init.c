@@ -6,7 +6,9 @@
 #include "lib/interpose/real.h"
 #include "lib/sock/epset.h"
 #include "lib/sock/sock.h"
+#include "lib/sock/solo.h"
 #include "lib/transport/shm/shm.h"
+#include "lib/transport/transport.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -115,6 +117,8 @@ __attribute__((constructor)) static void dsock_init(void)
 	if (dsock_proc.enabled) {
 		if (dsock_shm_init())
 			DSOCK_WARN("fast path unavailable: cannot register the shm transport");
+		else if (dsock_transports_any())
+			dsock_solo_init();
 		dsock_sock_scan_inherited();
 		dsock_shm_adopt_inherited();
 	}

@@ -2,6 +2,7 @@
  * returned, a free list under a spin lock (taken only on socket creation and
  * last close, never on the data path). */
 #include "lib/sock/sock.h"
+#include "lib/sock/solo.h"
 #include "lib/core/ctl.h"
 #include "lib/transport/transport.h"
 
@@ -80,6 +81,8 @@ void dsock_sock_put(struct dsock_sock *s)
 {
 	if (atomic_fetch_sub_explicit(&s->ref, 1, memory_order_acq_rel) != 1)
 		return;
+	if (dsock_solo_before_release(s))
+		return; /* the section a signal handler interrupted releases it */
 	if (s->owner && s->owner->release)
 		s->owner->release(s);
 	s->owner = NULL;
@@ -116,6 +119,8 @@ void dsock_sock_fork_parent(void)
 
 void dsock_sock_fork_child(void)
 {
+	if (atomic_load(&dsock_solo_state) != DSOCK_SOLO_OFF)
+		dsock_solo_init(); /* a registration is the address space's */
 	/* one thread now: whoever held the lock does not exist here */
 	unlock();
 }

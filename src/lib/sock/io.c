@@ -1,5 +1,6 @@
 #include "lib/sock/io.h"
 #include "lib/sock/sock.h"
+#include "lib/sock/solo.h"
 #include "lib/interpose/real.h"
 #include "lib/transport/transport.h"
 
@@ -40,6 +41,32 @@ static ssize_t tp_send(struct dsock_sock *s, int fd, const struct msghdr *m, int
 	return r;
 }
 
+/* 1 if a transport may own fd: one lock-free load for a kernel socket. */
+static inline int ours(int fd)
+{
+	struct dsock_sock *s = dsock_fdt_peek(fd);
+	return __builtin_expect(s && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE), 0);
+}
+
+/* The send family on a transport's socket: the solo thread goes without a
+ * reference where the transport can (lib/sock/solo.h), any other call
+ * with one.  DSOCK_ESLOW: the kernel carries fd after all. */
+static ssize_t send_ours(int fd, const struct msghdr *m, int flags)
+{
+	struct dsock_sock *s = dsock_fdt_peek(fd);
+	const struct dsock_transport *tp = s ? __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) : NULL;
+
+	if (tp && tp->sendmsg_solo && dsock_solo_enter(s, fd)) {
+		ssize_t r = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) == tp ?
+			    tp->sendmsg_solo(s, fd, m, flags) : DSOCK_ESLOW;
+		dsock_solo_exit(s);
+		if (r != DSOCK_ESLOW)
+			return r;
+	}
+	s = owned(fd);
+	return s ? tp_send(s, fd, m, flags) : DSOCK_ESLOW;
+}
+
 #define ONE_IOV(buf, n) \
 	struct iovec v_ = { .iov_base = (void *)(buf), .iov_len = (n) }; \
 	struct msghdr m_ = { .msg_iov = &v_, .msg_iovlen = 1 }
@@ -75,10 +102,11 @@ ssize_t dsock_io_readv(int fd, const struct iovec *iov, int cnt)
 
 ssize_t dsock_io_write(int fd, const void *buf, size_t n)
 {
-	struct dsock_sock *s = owned(fd);
-	if (s) {
+	if (ours(fd)) {
 		ONE_IOV(buf, n);
-		return tp_send(s, fd, &m_, 0);
+		ssize_t r = send_ours(fd, &m_, 0);
+		if (r != DSOCK_ESLOW)
+			return r;
 	}
 	return SYSRET(dsock_real.write(fd, buf, n));
 }
@@ -86,10 +114,11 @@ ssize_t dsock_io_write(int fd, const void *buf, size_t n)
 ssize_t dsock_io_writev(int fd, const struct iovec *iov, int cnt)
 {
 	/* the kernel's checks (EINVAL for a bad count) come first */
-	struct dsock_sock *s = cnt >= 0 && cnt <= IOV_MAX ? owned(fd) : NULL;
-	if (s) {
+	if (cnt >= 0 && cnt <= IOV_MAX && ours(fd)) {
 		struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt };
-		return tp_send(s, fd, &m, 0);
+		ssize_t r = send_ours(fd, &m, 0);
+		if (r != DSOCK_ESLOW)
+			return r;
 	}
 	return SYSRET(dsock_real.writev(fd, iov, cnt));
 }
@@ -152,22 +181,24 @@ int dsock_io_recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct t
 
 ssize_t dsock_io_send(int fd, const void *buf, size_t n, int flags)
 {
-	struct dsock_sock *s = owned(fd);
-	if (s) {
+	if (ours(fd)) {
 		ONE_IOV(buf, n);
-		return tp_send(s, fd, &m_, flags);
+		ssize_t r = send_ours(fd, &m_, flags);
+		if (r != DSOCK_ESLOW)
+			return r;
 	}
 	return SYSRET(dsock_real.send(fd, buf, n, flags));
 }
 
 ssize_t dsock_io_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *a, socklen_t al)
 {
-	struct dsock_sock *s = owned(fd);
-	if (s) {
+	if (ours(fd)) {
 		ONE_IOV(buf, n);
 		m_.msg_name = (void *)a;
 		m_.msg_namelen = al;
-		return tp_send(s, fd, &m_, flags);
+		ssize_t r = send_ours(fd, &m_, flags);
+		if (r != DSOCK_ESLOW)
+			return r;
 	}
 	return SYSRET(dsock_real.sendto(fd, buf, n, flags, a, al));
 }
@@ -203,6 +234,11 @@ ssize_t dsock_io_sendmsg(int fd, const struct msghdr *m, int flags)
 
 	if (m && m->msg_controllen)
 		hand_over_rights(m);
+	if (m && !m->msg_controllen && ours(fd)) {
+		ssize_t r = send_ours(fd, m, flags);
+		if (r != DSOCK_ESLOW)
+			return r;
+	}
 	s = owned(fd);
 	if (s)
 		return tp_send(s, fd, m, flags);

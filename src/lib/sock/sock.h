@@ -23,6 +23,8 @@ struct dsock_transport;
 
 struct dsock_sock {
 	_Atomic int ref;                  /* 0: free */
+	_Atomic int solo_used;            /* the solo thread has used it (solo.h);
+					   * never cleared, as the object is reused */
 	int domain, type, protocol;       /* type without SOCK_NONBLOCK/CLOEXEC */
 	_Atomic unsigned flags;           /* DSOCK_SF_* */
 	uint16_t state;                   /* enum dsock_sock_state */

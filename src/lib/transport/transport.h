@@ -26,6 +26,11 @@ struct dsock_transport {
 	 * kernel keeps it (*reason gets an enum dsock_reason). */
 	int (*offer)(struct dsock_sock *s, int fd, int role, unsigned *reason);
 	ssize_t (*sendmsg)(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
+	/* The same for the solo thread, which holds no reference on s
+	 * (lib/sock/solo.h): it must not block or wait, and returns
+	 * DSOCK_ESLOW, having changed nothing, where sendmsg would have to
+	 * (the caller then calls sendmsg with a reference).  May be NULL. */
+	ssize_t (*sendmsg_solo)(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
 	ssize_t (*recvmsg)(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
 	int (*shutdown)(struct dsock_sock *s, int fd, int how);
 	/* Bytes readable now (FIONREAD), or -errno. */
@@ -60,6 +65,9 @@ struct dsock_transport {
 	 * arrival must show in the kernel's readiness. */
 	void (*before_sleep)(void);
 };
+
+/* Not an errno (those end at 4095): "take the path with a reference". */
+#define DSOCK_ESLOW (-5000)
 
 #define DSOCK_TRANSPORTS_MAX 4
 

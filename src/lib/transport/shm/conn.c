@@ -6,6 +6,7 @@
 #include "lib/core/proc.h"
 #include "lib/interpose/real.h"
 #include "lib/sock/ready.h"
+#include "lib/sock/solo.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/reason.h"
@@ -761,6 +762,6 @@ void shm_before_close(struct dsock_sock *s, int fd)
 
 	/* a reference besides the fd table's: a call in flight (or a dup of
 	 * the fd; the copy then only outlives this fd) */
-	if (c && atomic_load(&s->ref) > 1 && c->kfd < 0)
+	if (c && (atomic_load(&s->ref) > 1 || dsock_solo_inside(s)) && c->kfd < 0)
 		atomic_store(&c->kfd, dsock_real.fcntl(fd, F_DUPFD_CLOEXEC, 3));
 }

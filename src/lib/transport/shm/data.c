@@ -91,6 +91,133 @@ void shm_unlock(uint32_t *w)
 	__atomic_store_n(w, 0, __ATOMIC_RELEASE);
 }
 
+/* ---- the producer lock, biased to its one sender ----------------------------
+ * A send took the tx lock with a compare-and-swap, and that locked
+ * instruction waited for the previous send's tail store to leave the store
+ * buffer: the polling consumer holds the tail's line, so each send paid a
+ * cache-line transfer there (perf: most of a streaming sender's time).  A
+ * connection usually has one sending thread, so the word is biased to it:
+ * released as DSOCK_LOCK_BIAS | tid, after which that thread enters by
+ * storing bias_busy and seeing the word unchanged, with no locked
+ * instruction and no fence.  Anyone else (another thread, a fork child, the
+ * peer in a hand-over) revokes: it swaps the word to its own tid, makes
+ * every registered process run a barrier (membarrier), and waits for
+ * bias_busy to clear.  After the barrier the owner's bias_busy store is
+ * visible to us, or our word is visible to its check, so one of us always
+ * waits.  A revoked ring is never biased again (bias_off): a connection
+ * with two senders pays one barrier (about 27 us here), not one per
+ * change of hands.  Only a process registered for the barrier (it must
+ * reach us) takes a bias, and only while it is (an exec'd image with our
+ * tid that could not register revokes its own). */
+static int revoke_bias(struct dsock_shm_ring *r, uint32_t w)
+{
+	uint32_t me = (uint32_t)my_tid(), owner = w & ~DSOCK_LOCK_BIAS;
+
+	if (owner == me && __atomic_load_n(&r->bias_busy, __ATOMIC_RELAXED))
+		return -EDEADLK; /* a signal handler re-entered our biased send */
+	if (!__atomic_compare_exchange_n(&r->tx_lock, &w, me, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+		return -EAGAIN; /* it changed: look again */
+	__atomic_store_n(&r->bias_off, 1, __ATOMIC_RELAXED);
+	/* orders the owner's bias_busy store before its look at the word,
+	 * from here: we hold the word now either way */
+	if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) < 0)
+		return -EDEADLK; /* cannot tell: the caller resets the connection */
+	for (long i = 0; __atomic_load_n(&r->bias_busy, __ATOMIC_ACQUIRE); i++) {
+		if ((i & 1023) == 1023) {
+			if (owner > (uint32_t)INT_MAX || (kill((pid_t)owner, 0) < 0 && errno == ESRCH)) {
+				__atomic_store_n(&r->bias_busy, 0, __ATOMIC_RELAXED);
+				break; /* the owner died inside */
+			}
+			if (i > (1L << 24))
+				return -EDEADLK;
+			sched_yield();
+		}
+		cpu_relax();
+	}
+	return 0;
+}
+
+/* try: one attempt at a lock held by someone (a bias is revoked all the
+ * same: its owner's stay inside is short). */
+static int tx_acquire(struct shm_conn *c, struct dsock_shm_ring *r, int try)
+{
+	uint32_t me = (uint32_t)my_tid(), cur;
+
+	if (c && shm_membarrier_ok &&
+	    __atomic_load_n(&r->tx_lock, __ATOMIC_RELAXED) == (DSOCK_LOCK_BIAS | me)) {
+		if (__atomic_load_n(&r->bias_busy, __ATOMIC_RELAXED))
+			return -EDEADLK; /* a signal handler re-entered us */
+		__atomic_store_n(&r->bias_busy, 1, __ATOMIC_RELAXED);
+		/* no fence: a revoker's membarrier stands in for it */
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&r->tx_lock, __ATOMIC_RELAXED) == (DSOCK_LOCK_BIAS | me)) {
+			__atomic_signal_fence(__ATOMIC_SEQ_CST);
+			c->tx_biased = 1;
+			return 0;
+		}
+		__atomic_store_n(&r->bias_busy, 0, __ATOMIC_RELEASE); /* revoked meanwhile */
+	}
+	for (long i = 0;; i++) {
+		cur = 0;
+		if (__atomic_compare_exchange_n(&r->tx_lock, &cur, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			break;
+		if (cur & DSOCK_LOCK_BIAS) {
+			int e = revoke_bias(r, cur);
+			if (e == -EAGAIN)
+				continue;
+			if (e)
+				return e;
+			break;
+		}
+		if (cur == me)
+			return -EDEADLK; /* a signal handler re-entered us */
+		if (try)
+			return -EBUSY;
+		if ((i & 1023) == 1023) {
+			if (shm_reap_dead_holder(&r->tx_lock))
+				continue;
+			if (i > (1L << 24))
+				return -EDEADLK;
+			sched_yield();
+		}
+		cpu_relax();
+	}
+	if (c)
+		c->tx_biased = 0;
+	return 0;
+}
+
+int shm_tx_lock(struct shm_conn *c)
+{
+	return tx_acquire(c, c->tx, 0);
+}
+
+int shm_tx_trylock(struct shm_conn *c)
+{
+	return tx_acquire(c, c->tx, 1) == 0;
+}
+
+void shm_tx_unlock(struct shm_conn *c)
+{
+	struct dsock_shm_ring *r = c->tx;
+
+	if (c->tx_biased) {
+		c->tx_biased = 0;
+		/* release: our ring stores before the next holder's loads */
+		__atomic_store_n(&r->bias_busy, 0, __ATOMIC_RELEASE);
+		return;
+	}
+	__atomic_store_n(&r->tx_lock,
+			 shm_membarrier_ok && !__atomic_load_n(&r->bias_off, __ATOMIC_RELAXED) ?
+				 DSOCK_LOCK_BIAS | (uint32_t)my_tid() : 0,
+			 __ATOMIC_RELEASE);
+}
+
+int shm_peer_tx_trylock(struct shm_conn *c)
+{
+	return tx_acquire(NULL, c->rx, 1) == 0;
+}
+
 static size_t iov_total(const struct msghdr *m)
 {
 	size_t n = 0;
@@ -324,7 +451,7 @@ int shm_wake_peer(struct shm_conn *c, int fd)
 {
 	int e;
 
-	if (shm_lock(&c->tx->tx_lock))
+	if (shm_tx_lock(c))
 		return -EAGAIN;
 	/* a token is a token only once our sending has switched */
 	e = __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) ? -EAGAIN :
@@ -334,7 +461,7 @@ int shm_wake_peer(struct shm_conn *c, int fd)
 		char t = 0;
 		dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 	}
-	shm_unlock(&c->tx->tx_lock);
+	shm_tx_unlock(c);
 	return e ? -EAGAIN : 0;
 }
 
@@ -358,10 +485,10 @@ static void space_freed(struct shm_conn *c, int fd)
 		/* a token on our kernel stream is only a token once our own
 		 * sending has switched; switch it now if need be */
 		if (__atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE) {
-			if (shm_lock(&c->tx->tx_lock))
+			if (shm_tx_lock(c))
 				return;
 			int e = switch_tx_locked(c, fd, 0);
-			shm_unlock(&c->tx->tx_lock);
+			shm_tx_unlock(c);
 			if (e)
 				return;
 		}
@@ -675,12 +802,12 @@ static int consumer_gone(struct shm_conn *c, int fd, int locked)
 		return 0;
 	if (p.revents & (POLLERR | POLLHUP))
 		return 1;
-	if ((p.revents & POLLRDHUP) && (locked || shm_trylock(&c->tx->tx_lock))) {
+	if ((p.revents & POLLRDHUP) && (locked || shm_tx_trylock(c))) {
 		char t = 0;
 		if (!__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
 			dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (!locked)
-			shm_unlock(&c->tx->tx_lock);
+			shm_tx_unlock(c);
 	}
 	return 0;
 }
@@ -712,6 +839,26 @@ static int peer_closed_probe(int fd, int flags)
 	char t = 0;
 	ssize_t r = dsock_real.send(fd, &t, 1, MSG_DONTWAIT | (flags & MSG_NOSIGNAL));
 	return r < 0 && errno != EAGAIN ? -errno : 0;
+}
+
+/* Makes ring bytes up to tail visible to the consumer (tx lock held) and
+ * wakes it if it sleeps. */
+static void publish(struct shm_conn *c, int fd, uint64_t tail)
+{
+	/* our id first: a holder that dies between the two leaves the others
+	 * loading the line, never trusting a stale copy */
+	uint64_t me = writer_id(c);
+	if (__atomic_load_n(&c->tx->tail_writer, __ATOMIC_RELAXED) != me)
+		__atomic_store_n(&c->tx->tail_writer, me, __ATOMIC_RELAXED);
+	/* release: the bytes are in the ring before the index says so */
+	__atomic_store_n(&c->tx->tail, tail, __ATOMIC_RELEASE);
+	c->tx_tail = tail;
+	c->tx_tail_ok = 1;
+	count_ring_use(c);
+	ring_doorbell(c, fd);
+	uint32_t cpu = (uint32_t)sched_getcpu() + 1;
+	if (__atomic_load_n(&c->me->cpu, __ATOMIC_RELAXED) != cpu)
+		__atomic_store_n(&c->me->cpu, cpu, __ATOMIC_RELAXED);
 }
 
 static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
@@ -762,7 +909,7 @@ again:
 			return r < 0 ? -errno : r;
 		}
 	}
-	if (shm_lock(&c->tx->tx_lock))
+	if (shm_tx_lock(c))
 		return shm_fault(s, fd, "lock held forever");
 	/* attached but the peer not yet (-EAGAIN here), or not switched now
 	 * (kernel backpressure, or shut down): the kernel answers, under the
@@ -771,7 +918,7 @@ again:
 	if (err == -EAGAIN || err == -EPIPE) {
 		r = dsock_real.sendmsg(fd, m, flags);
 		err = errno;
-		shm_unlock(&c->tx->tx_lock);
+		shm_tx_unlock(c);
 		return r < 0 ? -err : r;
 	}
 	if (err)
@@ -787,7 +934,7 @@ again:
 		int64_t space = tx_space_for(c, &tail, total - done);
 
 		if (space < 0) {
-			shm_unlock(&c->tx->tx_lock);
+			shm_tx_unlock(c);
 			return shm_fault(s, fd, "tx indices out of range");
 		}
 		if (space == 0) {
@@ -811,7 +958,7 @@ again:
 								      : -EAGAIN;
 				break;
 			}
-			shm_unlock(&c->tx->tx_lock);
+			shm_tx_unlock(c);
 			if (!deadline) {
 				struct timeval tv = { 0, 0 };
 				socklen_t tl = sizeof(tv);
@@ -822,7 +969,7 @@ again:
 			err = shm_now_ns() >= deadline ? -EAGAIN : wait_space(c, fd);
 			if (err == -EPIPE)
 				err = peer_closed_probe(fd, flags) ?: -EPIPE;
-			if (shm_lock(&c->tx->tx_lock))
+			if (shm_tx_lock(c))
 				return shm_fault(s, fd, "lock held forever");
 			if (err)
 				break;
@@ -831,32 +978,48 @@ again:
 				 * first (a short count; the next call goes on) */
 				if (done)
 					break;
-				shm_unlock(&c->tx->tx_lock);
+				shm_tx_unlock(c);
 				goto again;
 			}
 			continue;
 		}
 		size_t n = total - done < (size_t)space ? total - done : (size_t)space;
 		ring_copy(c->txd, c->size, tail, m, done, n, 1);
-		/* our id first: a holder that dies between the two leaves
-		 * the others loading the line, never trusting a stale copy */
-		uint64_t me = writer_id(c);
-		if (__atomic_load_n(&c->tx->tail_writer, __ATOMIC_RELAXED) != me)
-			__atomic_store_n(&c->tx->tail_writer, me, __ATOMIC_RELAXED);
-		/* release: the bytes are in the ring before the index says so */
-		__atomic_store_n(&c->tx->tail, tail + n, __ATOMIC_RELEASE);
-		c->tx_tail = tail + n;
-		c->tx_tail_ok = 1;
+		publish(c, fd, tail + n);
 		done += n;
-		count_ring_use(c);
-		ring_doorbell(c, fd);
-		uint32_t cpu = (uint32_t)sched_getcpu() + 1;
-		if (__atomic_load_n(&c->me->cpu, __ATOMIC_RELAXED) != cpu)
-			__atomic_store_n(&c->me->cpu, cpu, __ATOMIC_RELAXED);
 	}
 out:
-	shm_unlock(&c->tx->tx_lock);
+	shm_tx_unlock(c);
 	return done ? (ssize_t)done : err;
+}
+
+/* The solo thread's send (no reference on s: nothing here may block or
+ * wait).  Only the plain case: attached, reported, switched, nobody
+ * closing or going back to the kernel, and room for all of it; anything
+ * else is DSOCK_ESLOW before a byte moves, and shm_sendmsg does it. */
+ssize_t shm_sendmsg_solo(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
+{
+	struct shm_conn *c = shm_conn(s);
+	uint64_t tail;
+	size_t total;
+
+	if (c->state != SC_ATTACHED || !__atomic_load_n(&c->reported, __ATOMIC_RELAXED) ||
+	    atomic_load_explicit(&c->kfd, memory_order_relaxed) >= 0 || m->msg_iovlen > IOV_MAX ||
+	    __atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE ||
+	    shm_down_any(c) || __atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE) || !shm_active(c))
+		return DSOCK_ESLOW;
+	total = iov_total(m);
+	if (!total || shm_tx_lock(c))
+		return DSOCK_ESLOW;
+	if (tx_space_for(c, &tail, total) < (int64_t)total) {
+		shm_tx_unlock(c);
+		return DSOCK_ESLOW;
+	}
+	ring_copy(c->txd, c->size, tail, m, 0, total, 1);
+	publish(c, fd, tail + total);
+	shm_tx_unlock(c);
+	return (ssize_t)total;
 }
 
 /* ---- receive -------------------------------------------------------------- */

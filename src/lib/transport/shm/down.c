@@ -86,13 +86,13 @@ static int tx_down(struct shm_conn *c, int fd)
 	for (int round = 0;; round++) {
 		if (shm_lock(&c->rx->rx_lock))
 			return -EAGAIN;
-		if (shm_lock(&c->tx->tx_lock)) {
+		if (shm_tx_lock(c)) {
 			shm_unlock(&c->rx->rx_lock);
 			return -EAGAIN;
 		}
 		if (trylock_peer(&c->tx->rx_lock, round))
 			break;
-		shm_unlock(&c->tx->tx_lock);
+		shm_tx_unlock(c);
 		shm_unlock(&c->rx->rx_lock);
 		if (round > 20000)
 			return -ETIMEDOUT;
@@ -122,7 +122,7 @@ static int tx_down(struct shm_conn *c, int fd)
 		}
 	}
 	shm_unlock(&c->tx->rx_lock);
-	shm_unlock(&c->tx->tx_lock);
+	shm_tx_unlock(c);
 	shm_unlock(&c->rx->rx_lock);
 	return r;
 }
@@ -231,7 +231,7 @@ int shm_handover(struct dsock_sock *s, int fd)
 		/* a peer that never switched never will (it looks for our
 		 * request under its tx lock): its stream is plain already */
 		if (__atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE &&
-		    shm_trylock(&c->rx->tx_lock)) {
+		    shm_peer_tx_trylock(c)) {
 			never = __atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE;
 			shm_unlock(&c->rx->tx_lock);
 			if (never)

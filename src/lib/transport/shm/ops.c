@@ -29,6 +29,7 @@ const struct dsock_transport dsock_shm_transport = {
 	.name = "shm",
 	.offer = shm_offer,
 	.sendmsg = shm_sendmsg,
+	.sendmsg_solo = shm_sendmsg_solo,
 	.recvmsg = shm_recvmsg,
 	.shutdown = shm_shutdown,
 	.readable = shm_readable,

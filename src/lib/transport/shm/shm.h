@@ -51,6 +51,7 @@ struct shm_conn {
 	uint64_t tx_tail;    /* the tail we stored last (see tx_space_for), */
 	int tx_tail_ok;      /* ... once we stored one (an exec'd image has
 			      * our pid and may reuse our numbers) */
+	int tx_biased;       /* the tx lock's holder entered by its bias */
 	uint32_t nr;         /* this connection's number in this process */
 	uint32_t rx_reads;   /* ring reads since we last ended a lease */
 	int lease_skippable; /* the lease we published last has bit 0 (our
@@ -143,6 +144,9 @@ void shm_membarrier_register(void);
  * connection's start counts in pending_read). */
 int shm_calibrate(struct shm_conn *c, int fd);
 ssize_t shm_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
+/* A send that fits the ring of a switched connection, or DSOCK_ESLOW
+ * (the transport's sendmsg_solo). */
+ssize_t shm_sendmsg_solo(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
 ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
 int shm_shutdown(struct dsock_sock *s, int fd, int how);
 /* Bytes readable now (ring, or pre-switch kernel data), -errno on fault. */
@@ -171,6 +175,13 @@ int shm_lock(uint32_t *w);
 /* Frees a lock word whose holder no longer exists; 1 if it did. */
 int shm_reap_dead_holder(uint32_t *w);
 int shm_trylock(uint32_t *w);
+/* Our producer lock (c->tx's), biased to its usual holder (data.c): 0 or
+ * -EDEADLK as shm_lock; trylock 1 if taken.  The peer's producer lock (a
+ * hand-over): trylock, then shm_unlock(&c->rx->tx_lock). */
+int shm_tx_lock(struct shm_conn *c);
+int shm_tx_trylock(struct shm_conn *c);
+void shm_tx_unlock(struct shm_conn *c);
+int shm_peer_tx_trylock(struct shm_conn *c);
 /* In a fork child: the lock owner id cached from the parent is wrong. */
 void shm_forget_tid(void);
 void shm_unlock(uint32_t *w);
