@@ -12,12 +12,22 @@
 #include "lib/core/sysret.h"
 
 /* The hot-path test: one lock-free load for a socket the kernel carries.
- * Returns the socket with a reference when a transport owns it. */
-static inline struct dsock_sock *owned(int fd)
+ * The socket (no reference) if a transport may own it, else NULL. */
+static inline struct dsock_sock *ours(int fd)
 {
 	struct dsock_sock *s = dsock_fdt_peek(fd);
 
 	if (__builtin_expect(!s || !__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE), 1))
+		return NULL;
+	return s;
+}
+
+/* The socket with a reference when a transport owns it, else NULL. */
+static inline struct dsock_sock *owned(int fd)
+{
+	struct dsock_sock *s;
+
+	if (!ours(fd))
 		return NULL;
 	s = dsock_fdt_get(fd);
 	if (s && !s->tp) {
@@ -41,20 +51,12 @@ static ssize_t tp_send(struct dsock_sock *s, int fd, const struct msghdr *m, int
 	return r;
 }
 
-/* 1 if a transport may own fd: one lock-free load for a kernel socket. */
-static inline int ours(int fd)
+/* The send family on s, which ours(fd) found: the solo thread goes
+ * without a reference where the transport can (lib/sock/solo.h), any
+ * other call with one.  DSOCK_ESLOW: the kernel carries fd after all. */
+static ssize_t send_ours(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
 {
-	struct dsock_sock *s = dsock_fdt_peek(fd);
-	return __builtin_expect(s && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE), 0);
-}
-
-/* The send family on a transport's socket: the solo thread goes without a
- * reference where the transport can (lib/sock/solo.h), any other call
- * with one.  DSOCK_ESLOW: the kernel carries fd after all. */
-static ssize_t send_ours(int fd, const struct msghdr *m, int flags)
-{
-	struct dsock_sock *s = dsock_fdt_peek(fd);
-	const struct dsock_transport *tp = s ? __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) : NULL;
+	const struct dsock_transport *tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
 
 	if (tp && tp->sendmsg_solo && dsock_solo_enter(s, fd)) {
 		ssize_t r = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) == tp ?
@@ -102,9 +104,10 @@ ssize_t dsock_io_readv(int fd, const struct iovec *iov, int cnt)
 
 ssize_t dsock_io_write(int fd, const void *buf, size_t n)
 {
-	if (ours(fd)) {
+	struct dsock_sock *s = ours(fd);
+	if (s) {
 		ONE_IOV(buf, n);
-		ssize_t r = send_ours(fd, &m_, 0);
+		ssize_t r = send_ours(s, fd, &m_, 0);
 		if (r != DSOCK_ESLOW)
 			return r;
 	}
@@ -114,9 +117,10 @@ ssize_t dsock_io_write(int fd, const void *buf, size_t n)
 ssize_t dsock_io_writev(int fd, const struct iovec *iov, int cnt)
 {
 	/* the kernel's checks (EINVAL for a bad count) come first */
-	if (cnt >= 0 && cnt <= IOV_MAX && ours(fd)) {
+	struct dsock_sock *s = cnt >= 0 && cnt <= IOV_MAX ? ours(fd) : NULL;
+	if (s) {
 		struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt };
-		ssize_t r = send_ours(fd, &m, 0);
+		ssize_t r = send_ours(s, fd, &m, 0);
 		if (r != DSOCK_ESLOW)
 			return r;
 	}
@@ -181,9 +185,10 @@ int dsock_io_recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct t
 
 ssize_t dsock_io_send(int fd, const void *buf, size_t n, int flags)
 {
-	if (ours(fd)) {
+	struct dsock_sock *s = ours(fd);
+	if (s) {
 		ONE_IOV(buf, n);
-		ssize_t r = send_ours(fd, &m_, flags);
+		ssize_t r = send_ours(s, fd, &m_, flags);
 		if (r != DSOCK_ESLOW)
 			return r;
 	}
@@ -192,11 +197,12 @@ ssize_t dsock_io_send(int fd, const void *buf, size_t n, int flags)
 
 ssize_t dsock_io_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *a, socklen_t al)
 {
-	if (ours(fd)) {
+	struct dsock_sock *s = ours(fd);
+	if (s) {
 		ONE_IOV(buf, n);
 		m_.msg_name = (void *)a;
 		m_.msg_namelen = al;
-		ssize_t r = send_ours(fd, &m_, flags);
+		ssize_t r = send_ours(s, fd, &m_, flags);
 		if (r != DSOCK_ESLOW)
 			return r;
 	}
@@ -234,14 +240,14 @@ ssize_t dsock_io_sendmsg(int fd, const struct msghdr *m, int flags)
 
 	if (m && m->msg_controllen)
 		hand_over_rights(m);
-	if (m && !m->msg_controllen && ours(fd)) {
-		ssize_t r = send_ours(fd, m, flags);
+	s = ours(fd);
+	if (s && m && !m->msg_controllen) {
+		ssize_t r = send_ours(s, fd, m, flags);
 		if (r != DSOCK_ESLOW)
 			return r;
+	} else if (s && (s = owned(fd))) {
+		return tp_send(s, fd, m, flags); /* (with control data: never solo) */
 	}
-	s = owned(fd);
-	if (s)
-		return tp_send(s, fd, m, flags);
 	return SYSRET(dsock_real.sendmsg(fd, m, flags));
 }
 

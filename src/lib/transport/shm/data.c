@@ -62,10 +62,14 @@ int shm_reap_dead_holder(uint32_t *w)
 	return 1;
 }
 
+static int revoke_bias(struct dsock_shm_ring *r, uint32_t w);
+
 /* A lock word in shared memory, held by a thread id; a holder that died is
  * detected and its lock taken over.  Bounded: a lock a hostile peer holds
- * forever faults the connection instead of hanging us. */
-int shm_lock(uint32_t *w)
+ * forever faults the connection instead of hanging us.  biased: w is that
+ * ring's tx_lock, whose bias is revoked (below), not reaped; try: one
+ * attempt at a lock someone holds (-EBUSY). */
+static int lock_word(uint32_t *w, struct dsock_shm_ring *biased, int try)
 {
 	uint32_t me = (uint32_t)my_tid(), cur;
 
@@ -73,8 +77,16 @@ int shm_lock(uint32_t *w)
 		cur = 0;
 		if (__atomic_compare_exchange_n(w, &cur, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 			return 0;
+		if (biased && (cur & DSOCK_LOCK_BIAS)) {
+			int e = revoke_bias(biased, cur);
+			if (e == -EAGAIN)
+				continue;
+			return e;
+		}
 		if (cur == me)
 			return -EDEADLK; /* a signal handler re-entered us */
+		if (try)
+			return -EBUSY;
 		if ((i & 1023) == 1023) {
 			if (shm_reap_dead_holder(w))
 				continue;
@@ -84,6 +96,11 @@ int shm_lock(uint32_t *w)
 		}
 		cpu_relax();
 	}
+}
+
+int shm_lock(uint32_t *w)
+{
+	return lock_word(w, NULL, 0);
 }
 
 void shm_unlock(uint32_t *w)
@@ -138,10 +155,11 @@ static int revoke_bias(struct dsock_shm_ring *r, uint32_t w)
 }
 
 /* try: one attempt at a lock held by someone (a bias is revoked all the
- * same: its owner's stay inside is short). */
+ * same: its owner's stay inside is short).  The bias owner enters here
+ * with no locked instruction; everyone else goes through lock_word. */
 static int tx_acquire(struct shm_conn *c, struct dsock_shm_ring *r, int try)
 {
-	uint32_t me = (uint32_t)my_tid(), cur;
+	uint32_t me = (uint32_t)my_tid();
 
 	if (c && shm_membarrier_ok &&
 	    __atomic_load_n(&r->tx_lock, __ATOMIC_RELAXED) == (DSOCK_LOCK_BIAS | me)) {
@@ -157,34 +175,10 @@ static int tx_acquire(struct shm_conn *c, struct dsock_shm_ring *r, int try)
 		}
 		__atomic_store_n(&r->bias_busy, 0, __ATOMIC_RELEASE); /* revoked meanwhile */
 	}
-	for (long i = 0;; i++) {
-		cur = 0;
-		if (__atomic_compare_exchange_n(&r->tx_lock, &cur, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-			break;
-		if (cur & DSOCK_LOCK_BIAS) {
-			int e = revoke_bias(r, cur);
-			if (e == -EAGAIN)
-				continue;
-			if (e)
-				return e;
-			break;
-		}
-		if (cur == me)
-			return -EDEADLK; /* a signal handler re-entered us */
-		if (try)
-			return -EBUSY;
-		if ((i & 1023) == 1023) {
-			if (shm_reap_dead_holder(&r->tx_lock))
-				continue;
-			if (i > (1L << 24))
-				return -EDEADLK;
-			sched_yield();
-		}
-		cpu_relax();
-	}
-	if (c)
+	int e = lock_word(&r->tx_lock, r, try);
+	if (!e && c)
 		c->tx_biased = 0;
-	return 0;
+	return e;
 }
 
 int shm_tx_lock(struct shm_conn *c)
