@@ -2,7 +2,8 @@
 # The whole default test run (about 5 minutes here):
 #   unit tests, plain, under ASan+UBSan and under TSan (the threaded
 #   fast-path test among them); the export list; the conformance
-#   suite (every scenario natively and under dsock) and its harness
+#   suite (every scenario natively and under dsock: fast path on, its
+#   connections going back to the kernel mid-stream, off) and its harness
 #   self-tests; the daemon and CLI; faults and resource exhaustion; a
 #   connection handed to programs without dsock (exec, SCM_RIGHTS); real
 #   programs under dsock; the integrity soak; the fuzzers (short runs).
@@ -48,6 +49,24 @@ conformance() {
 		"$BUILD/tests/conf-scen"
 }
 
+# The same with every connection whose consumer is asleep at a write going
+# back to the kernel there (DSOCK_ASLEEP_WRITES=1): each scenario's bytes
+# cross that move mid-stream, and enough scenarios must really make it.
+conformance_back() {
+	local out n
+	mkdir -p "$RUNDIR/back"
+	out=$(DSOCK_FASTPATH=1 DSOCK_ASLEEP_WRITES=1 "$BUILD/tests/conformance" -j 2 -r "$RUNDIR/back" \
+		-w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen")
+	local rc=$?
+	echo "$out"
+	n=$(sed -n 's/.*(in \([0-9]*\) a connection then went back.*/\1/p' <<<"$out")
+	if [ "${n:-0}" -lt 20 ]; then
+		echo "only ${n:-0} scenarios went back to the kernel mid-stream: the step did not test it"
+		return 1
+	fi
+	return $rc
+}
+
 # The same scenarios with the fast path off: the passthrough layer alone.
 conformance_kernel() {
 	DSOCK_FASTPATH=0 "$BUILD/tests/conformance" -j 2 -w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
@@ -83,6 +102,7 @@ step "unit tests under ASan+UBSan" unit "$SANBUILD"
 step "build with TSan" make -s -j2 san SAN=thread CC=clang BUILD="$BUILD-tsan"
 step "unit tests under TSan" unit "$BUILD-tsan"
 step "conformance (native vs dsock, fast path on)" conformance
+step "conformance (native vs dsock, back to the kernel mid-stream)" conformance_back
 step "conformance (native vs dsock, fast path off)" conformance_kernel
 step "conformance harness self-test" harness_selftest
 step "daemon and CLI" daemon_tests
@@ -90,7 +110,7 @@ step "faults: SIGKILL, dsockd restart, hostile peer, namespaces" python3 tests/f
 step "resources: EMFILE, mmap failure, memory limit, fork storm" python3 tests/faults/test_resources.py "$BUILD"
 step "hand-over to programs without dsock: exec, SCM_RIGHTS" python3 tests/faults/test_handover.py "$BUILD"
 step "real programs under dsock" tests/apps/run_apps.sh "$BUILD"
-step "integrity soak, native and dsock (15 s each)" tests/soak/run.sh "$BUILD" 15
+step "integrity soak, native, dsock and dsock going back (15 s each)" tests/soak/run.sh "$BUILD" 15
 step "fuzzers: ring reader, control protocol (30 s each)" tests/fuzz/run.sh 30
 
 [ ${#FAILED[@]} -gt 0 ] && echo "failed steps: ${FAILED[*]}"

@@ -39,7 +39,7 @@ static int check_addr(const struct dsock_addr *a)
 
 int dsock_sock_event_check(const struct dsock_msg_sock_event *m)
 {
-	if (m->event < 1 || m->event > DSOCK_EV_MAX || m->fd < 0 ||
+	if (m->event < 1 || m->event > DSOCK_EV_MAX || m->fd < -1 ||
 	    m->state < 1 || m->state > DSOCK_ST_MAX ||
 	    m->path < 1 || m->path > DSOCK_PATH_MAX ||
 	    m->reason >= DSOCK_R_MAX || m->pad != 0)

@@ -10,10 +10,11 @@
 #include <stdint.h>
 
 #define DSOCK_PROTO_MAGIC   0x4b435344u /* "DSCK" little-endian */
-#define DSOCK_PROTO_VERSION 4 /* 2: the event ring holds 1,024 slots; 3: the
+#define DSOCK_PROTO_VERSION 5 /* 2: the event ring holds 1,024 slots; 3: the
 			      * connection memory is layout version 5 (the
 			      * daemon writes it: a change there is a change
-			      * here); 4: layout version 6 */
+			      * here); 4: layout version 6; 5: the reason
+			      * consumer-asleep, and fd -1 in a socket event */
 #define DSOCK_MSG_MAX       4096
 
 enum dsock_msg_type {
@@ -130,7 +131,8 @@ enum dsock_sock_state {
 
 struct dsock_msg_sock_event {
 	uint32_t event;  /* enum dsock_sock_event */
-	int32_t fd;
+	int32_t fd;      /* -1: the fd and addresses as told before (the
+			  * sender does not know them here) */
 	uint64_t sock_id; /* unique within the sending process */
 	uint16_t domain;
 	uint16_t type;

@@ -21,6 +21,7 @@ const char *dsock_reason_name(unsigned r)
 		[DSOCK_R_FAULT] = "shm-fault-reset",
 		[DSOCK_R_HANDED_OVER] = "handed-over",
 		[DSOCK_R_HANDOVER_RESET] = "handover-reset",
+		[DSOCK_R_ASLEEP] = "consumer-asleep",
 	};
 	return r < DSOCK_R_MAX ? n[r] : "?";
 }

@@ -23,6 +23,9 @@ enum dsock_reason {
 	DSOCK_R_HANDED_OVER,   /* back on the kernel: its fd went to a holder
 				* without dsock (exec, SCM_RIGHTS) */
 	DSOCK_R_HANDOVER_RESET, /* that move could not be made exact: reset */
+	DSOCK_R_ASLEEP,        /* back on the kernel: its consumer slept at
+				* nearly every write, and a wake-up token per
+				* write costs more than the ring saves */
 	DSOCK_R_MAX,
 };
 

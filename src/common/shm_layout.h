@@ -28,6 +28,7 @@
 #define DSOCK_LOCK_BIAS 0x80000000u
 
 enum { DSOCK_ATT_NONE = 0, DSOCK_ATT_ATTACHED = 1, DSOCK_ATT_REFUSED = 2 };
+enum { DSOCK_DOWN_HANDOVER = 1, DSOCK_DOWN_ASLEEP = 2 }; /* side.down_req */
 /* ring.tx_waiting bits: a poller wants a space token on its kernel socket;
  * a blocked sender sleeps on the space_seq futex only */
 enum { DSOCK_TXW_POLL = 1, DSOCK_TXW_FUTEX = 2 };
@@ -50,8 +51,11 @@ struct dsock_shm_side {
 			       * close); only the last one's close ends the
 			       * connection here */
 	uint32_t down_req;    /* this side asks both directions back onto the
-			       * kernel (its socket goes to a holder without
-			       * dsock: exec, SCM_RIGHTS) */
+			       * kernel: DSOCK_DOWN_HANDOVER (its socket goes
+			       * to a holder without dsock: exec, SCM_RIGHTS)
+			       * or DSOCK_DOWN_ASLEEP (its consumer slept at
+			       * nearly every write: tokens cost more than the
+			       * ring saves); any other nonzero value asks too */
 	uint32_t down_sent;   /* 1: this side's sending is back on the kernel */
 	uint64_t down_off;    /* then: kernel bytes this side sent before plain
 			       * data resumed (data before its switch, then

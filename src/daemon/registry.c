@@ -109,15 +109,18 @@ int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev)
 			return -ENOMEM;
 		s = &p->socks[p->nsocks++];
 	}
-	s->id = ev->sock_id;
-	s->fd = ev->fd;
 	s->domain = ev->domain;
 	s->type = ev->type;
 	s->state = ev->state;
 	s->path = ev->path;
 	s->reason = ev->reason;
 	s->event = (uint16_t)ev->event;
-	s->local = ev->local;
-	s->peer = ev->peer;
+	/* fd -1: as told before (a socket new to us shows none) */
+	if (ev->fd >= 0 || s->id != ev->sock_id) {
+		s->fd = ev->fd;
+		s->local = ev->local;
+		s->peer = ev->peer;
+	}
+	s->id = ev->sock_id;
 	return 0;
 }

@@ -26,6 +26,12 @@
      the barrier closes (a producer's unfenced tail store still in its
      store buffer as the consumer looks) lasts nanoseconds: no test forces
      it; this one runs the path 20 times.
+  8. a connection whose consumer is asleep at nearly every write goes back
+     to the kernel (default DSOCK_ASLEEP_WRITES): a request every 1 ms
+     to an echo that sleeps between them, 1,500 round trips byte-exact,
+     both ends back on the kernel (the library's exit report) and `dsock
+     stat` showing consumer-asleep while the connection is open; a
+     ping-pong whose consumers poll stays on the rings (none goes back).
 
 Each check prints ok/FAIL; last line 'resources: N passed, N failed'."""
 import os, shutil, subprocess, sys, tempfile
@@ -35,6 +41,7 @@ DSOCK = os.path.join(BUILD, "bin", "dsock")
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 tmp = tempfile.mkdtemp(prefix="dsock-res-")
 results = []
+went_back = 0
 
 # One process, both ends: pairs (the daemon pairs any two ends it can
 # prove), then ping-pongs; prints the outcome.  LIMIT sets the squeeze
@@ -181,6 +188,38 @@ _, st = os.waitpid(pid, 0)
 print("exact" if ok and st == 0 else "CORRUPT", n, flush=True)
 '''
 
+# 8: an echo over one connection; the client sends every GAP seconds (the
+# echo sleeps between requests) or back to back (both ends poll).  Prints
+# "exact"/"CORRUPT", then whether `dsock stat` (run by the server with the
+# connection still open) shows it gone back because its consumer slept.
+ASLEEP = r'''
+import os, socket, subprocess, sys, time
+gap, n, dsock = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(1)
+pid = os.fork()
+if pid == 0:
+    c = socket.create_connection(l.getsockname())
+    ok = True
+    for i in range(n):
+        if gap: time.sleep(gap)
+        m = i.to_bytes(4, "little") * 8
+        c.sendall(m)
+        got = b""
+        while len(got) < len(m): got += c.recv(len(m) - len(got))
+        ok = ok and got == m
+    c.recv(1)                      # the server's go: stat has been read
+    sys.exit(0 if ok else 1)       # (not os._exit: the exit report must run)
+s, _ = l.accept()
+for i in range(n):
+    got = b""
+    while len(got) < 32: got += s.recv(32 - len(got))
+    s.sendall(got)
+st = subprocess.run([dsock, "stat"], capture_output=True, text=True).stdout
+s.sendall(b"x")
+_, w = os.waitpid(pid, 0)
+print("exact" if w == 0 else "CORRUPT", "asleep-shown" if "consumer-asleep" in st else "not-shown", flush=True)
+'''
+
 
 def check(name, cond, detail=""):
     results.append(bool(cond))
@@ -197,9 +236,12 @@ def run(code, *args, extra_env=None, sock="d.sock"):
     r = subprocess.run([DSOCK, "run", "--", PY, "-c", code, *map(str, args)], env=env,
                        capture_output=True, text=True, timeout=120)
     try:
-        rings = sum(int(l.split()[1]) for l in open(os.path.join(tmp, "report")))
+        lines = [l.split() for l in open(os.path.join(tmp, "report"))]
     except OSError:
-        rings = 0
+        lines = []
+    global went_back
+    went_back = sum(int(l[2]) for l in lines)
+    rings = sum(int(l[1]) for l in lines)
     stat = subprocess.run([DSOCK, "stat", "--raw"], env=env, capture_output=True, text=True, timeout=20).stdout
     return r, rings, stat
 
@@ -273,6 +315,17 @@ try:
           r.stdout.split() == ["exact", "400000"] and rings >= 1, (r.stdout, r.stderr[-400:], rings))
     check("7. ... the leases became skippable and their ends made the barrier (%d)" % barriers,
           barriers >= 5, barriers)
+    check("7. ... and the stream stayed on the rings (its consumer sleeps once per burst)", went_back == 0,
+          went_back)
+
+    r, rings, _ = run(ASLEEP, 0.001, 1500, DSOCK)
+    check("8. an echo asleep at every request: 1,500 round trips byte-exact, both ends back on the kernel",
+          r.stdout.split() == ["exact", "asleep-shown"] and rings >= 2 and went_back >= 2,
+          (r.stdout, r.stderr[-400:], rings, went_back))
+    r, rings, _ = run(ASLEEP, 0, 20000, DSOCK)
+    check("8. ... a ping-pong whose consumers poll stays on the rings (20,000 round trips)",
+          r.stdout.split() == ["exact", "not-shown"] and rings >= 2 and went_back == 0,
+          (r.stdout, r.stderr[-400:], rings, went_back))
 
     r, rings, _ = run(STORM)
     out = r.stdout.split()

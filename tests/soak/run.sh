@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The integrity soak natively and under dsock, SECONDS each (default 15,
-# the CI run; a long run: tests/soak/run.sh 600).  Both must end with zero
-# errors, and under dsock the streams must really have used the rings.
+# The integrity soak natively, under dsock, and under dsock with every
+# connection whose consumer sleeps going back to the kernel mid-stream,
+# SECONDS each (default 15, the CI run; a long run: tests/soak/run.sh
+# build 600).  All must end with zero errors; under dsock the streams must
+# really have used the rings (and, in the last, gone back).
 # Usage: tests/soak/run.sh [BUILD_DIR] [SECONDS] [extra soak options]
 set -u
 cd "$(dirname "$0")/../.."
@@ -39,12 +41,15 @@ watched() {
 	wait $pid
 }
 
-for mode in native dsock; do
+# "asleep": every connection whose consumer is asleep at a write goes back
+# to the kernel mid-stream (DSOCK_ASLEEP_WRITES=1), with bytes in flight
+for mode in native dsock asleep; do
+	rm -f "$TMP/report"
 	if [ $mode = native ]; then
 		watched $((SECS + 60)) "$SOAK" -s "$SECS" -r "$SEED" "$@"
 	else
-		DSOCK_FASTPATH_REPORT="$TMP/report" watched $((SECS + 60)) \
-			"$BUILD/bin/dsock" run -- "$SOAK" -s "$SECS" -r "$SEED" "$@"
+		DSOCK_FASTPATH_REPORT="$TMP/report" DSOCK_ASLEEP_WRITES=$([ $mode = asleep ] && echo 1 || echo 1024) \
+			watched $((SECS + 60)) "$BUILD/bin/dsock" run -- "$SOAK" -s "$SECS" -r "$SEED" "$@"
 	fi
 	r=$?
 	summary=$(grep -a '^soak: [0-9]' "$TMP/out")
@@ -53,12 +58,17 @@ for mode in native dsock; do
 		rc=1
 		grep -a -v '^soak: seed' "$TMP/out" | head -20
 	fi
+	[ $mode = native ] && continue
+	read -r rings back < <(awk '{s += $2; b += $3} END {print s + 0, b + 0}' "$TMP/report" 2>/dev/null || echo 0 0)
+	echo "$mode: $rings connections moved bytes through the rings, $back of them went back to the kernel (seed $SEED)"
+	if [ "${rings:-0}" -lt 100 ]; then
+		echo "too few connections on the fast path: the soak did not test it"
+		rc=1
+	fi
+	if [ $mode = asleep ] && [ "${back:-0}" -lt 100 ]; then
+		echo "too few connections went back to the kernel: the soak did not test it"
+		rc=1
+	fi
 done
-rings=$(awk '{s += $2} END {print s + 0}' "$TMP/report" 2>/dev/null || echo 0)
-echo "dsock: $rings connections moved bytes through the rings (seed $SEED)"
-if [ "${rings:-0}" -lt 100 ]; then
-	echo "too few connections on the fast path: the soak did not test it"
-	rc=1
-fi
 rm -rf "$TMP"
 exit $rc

@@ -262,7 +262,7 @@ static void send_event_locked(struct dsock_sock *s, int fd, unsigned ev, int may
 	m.state = s->state;
 	m.path = s->tp && s->reason == DSOCK_R_NONE ? DSOCK_PATH_SHM : DSOCK_PATH_KERNEL;
 	m.reason = s->reason;
-	if (ev != DSOCK_EV_CLOSE) {
+	if (ev != DSOCK_EV_CLOSE && fd >= 0) {
 		fill_addr(&m.local, fd, 0, local);
 		if (s->state >= DSOCK_ST_CONNECTING)
 			fill_addr(&m.peer, fd, 1, peer);

@@ -128,9 +128,10 @@ __attribute__((constructor)) static void dsock_init(void)
 	DSOCK_GUARD_EXIT();
 }
 
-/* DSOCK_FASTPATH_REPORT=FILE: at exit, append "PID CONNECTIONS" for the
- * connections whose bytes went through shared memory (the conformance
- * harness uses it to say which scenarios really ran on the fast path). */
+/* DSOCK_FASTPATH_REPORT=FILE: at exit, append "PID CONNECTIONS BACK": the
+ * connections whose bytes went through shared memory, and how many of
+ * them went back to the kernel afterwards (the conformance harness uses
+ * it to say which scenarios really ran on the fast path). */
 __attribute__((destructor)) static void dsock_fini(void)
 {
 	const char *path = getenv("DSOCK_FASTPATH_REPORT");
@@ -146,7 +147,7 @@ __attribute__((destructor)) static void dsock_fini(void)
 	fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return;
-	len = snprintf(line, sizeof(line), "%d %ld\n", dsock_proc.pid, n);
+	len = snprintf(line, sizeof(line), "%d %ld %ld\n", dsock_proc.pid, n, atomic_load(&dsock_shm_back_conns));
 	syscall(SYS_write, fd, line, (size_t)len);
 	syscall(SYS_close, fd);
 }

@@ -88,8 +88,9 @@ DSOCK_API int ioctl(int fd, unsigned long req, ...)
 	if ((req == FIONREAD) && arg && !DSOCK_GUARDED()) {
 		/* bytes waiting in a transport's ring are the answer */
 		struct dsock_sock *s = dsock_fdt_peek(fd) ? dsock_fdt_get(fd) : NULL;
-		if (s && s->tp && s->tp->readable) {
-			long n = s->tp->readable(s, fd);
+		const struct dsock_transport *tp = s ? __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) : NULL;
+		if (tp && tp->readable) {
+			long n = tp->readable(s, fd);
 			dsock_sock_put(s);
 			if (n >= 0) {
 				*(int *)arg = (int)n;

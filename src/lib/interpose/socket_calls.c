@@ -71,8 +71,9 @@ static int transport_sockopt(int fd, int set, int level, int opt, void *val, soc
 	if (!s || !__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) || !val || !len || DSOCK_GUARDED())
 		return r;
 	if ((s = dsock_fdt_get(fd))) {
-		if (s->tp && s->tp->sockopt)
-			r = s->tp->sockopt(s, fd, set, level, opt, val, len);
+		const struct dsock_transport *tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
+		if (tp && tp->sockopt)
+			r = tp->sockopt(s, fd, set, level, opt, val, len);
 		dsock_sock_put(s);
 	}
 	return r;

@@ -37,16 +37,20 @@ static inline struct dsock_sock *owned(int fd)
 	return s;
 }
 
+/* A socket that owned() found may leave its transport (tp = NULL) at any
+ * moment, another thread's call or this one's own taking it back to the
+ * kernel: calls go to s->owner, which stays, and whose functions see that
+ * state and pass the call to the kernel. */
 static ssize_t tp_recv(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 {
-	ssize_t r = s->tp->recvmsg(s, fd, m, flags);
+	ssize_t r = s->owner->recvmsg(s, fd, m, flags);
 	dsock_sock_put(s);
 	return r;
 }
 
 static ssize_t tp_send(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
 {
-	ssize_t r = s->tp->sendmsg(s, fd, m, flags);
+	ssize_t r = s->owner->sendmsg(s, fd, m, flags);
 	dsock_sock_put(s);
 	return r;
 }
@@ -226,8 +230,8 @@ static void hand_over_rights(const struct msghdr *m)
 			memcpy(&pfd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
 			struct dsock_sock *s = owned(pfd);
 			if (s) {
-				if (s->tp->handover)
-					s->tp->handover(s, pfd);
+				if (s->owner->handover)
+					s->owner->handover(s, pfd);
 				dsock_sock_put(s);
 			}
 		}
@@ -303,7 +307,7 @@ ssize_t dsock_io_sendfile(int out, int in, off_t *off, size_t n)
 			break;
 		}
 		ONE_IOV(buf, (size_t)got);
-		r = s->tp->sendmsg(s, out, &m_, done ? MSG_DONTWAIT : 0);
+		r = s->owner->sendmsg(s, out, &m_, done ? MSG_DONTWAIT : 0);
 		if (r <= 0)
 			break;
 		done += (size_t)r;
@@ -323,7 +327,7 @@ int dsock_io_shutdown(int fd, int how)
 {
 	struct dsock_sock *s = owned(fd);
 	if (s) {
-		int r = s->tp->shutdown(s, fd, how);
+		int r = s->owner->shutdown(s, fd, how);
 		dsock_sock_put(s);
 		return r;
 	}

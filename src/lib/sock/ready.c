@@ -101,7 +101,8 @@ static int spurious_in(int fd)
 	if (!s || !__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE))
 		return 0;
 	if ((s = dsock_fdt_get(fd))) {
-		r = s->tp && s->tp->spurious_in && s->tp->spurious_in(s, fd);
+		const struct dsock_transport *tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
+		r = tp && tp->spurious_in && tp->spurious_in(s, fd);
 		dsock_sock_put(s);
 	}
 	return r;
@@ -118,13 +119,14 @@ static unsigned out_only(int fd, unsigned events)
 	if (events & EPOLLIN)
 		spurious_in(fd);
 	events &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
-	if (s && s->tp && s->tp->writable) {
-		if (s->tp->writable(s)) {
+	const struct dsock_transport *tp = s ? __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) : NULL;
+	if (tp && tp->writable) {
+		if (tp->writable(s)) {
 			events |= EPOLLOUT;
 		} else {
 			events &= ~(unsigned)(EPOLLOUT | EPOLLWRNORM);
-			if (s->tp->want_space)
-				s->tp->want_space(s);
+			if (tp->want_space)
+				tp->want_space(s);
 		}
 	}
 	if (s)
@@ -289,13 +291,13 @@ static int transport_view(int fd, short events)
 		return 0;
 	if (!(s = dsock_fdt_get(fd)))
 		return 0;
-	if (s->tp) {
-		if ((events & (POLLIN | POLLRDNORM)) && s->tp->hidden_readable && s->tp->hidden_readable(s))
+	if ((tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE))) {
+		if ((events & (POLLIN | POLLRDNORM)) && tp->hidden_readable && tp->hidden_readable(s))
 			v |= 1;
-		if ((events & (POLLOUT | POLLWRNORM)) && s->tp->writable && !s->tp->writable(s)) {
+		if ((events & (POLLOUT | POLLWRNORM)) && tp->writable && !tp->writable(s)) {
 			v |= 2;
-			if (s->tp->want_space)
-				s->tp->want_space(s);
+			if (tp->want_space)
+				tp->want_space(s);
 		}
 	}
 	dsock_sock_put(s);

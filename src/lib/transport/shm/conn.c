@@ -97,6 +97,21 @@ static void unlink_pending(struct shm_conn *c)
 	pthread_mutex_unlock(&pending_mu);
 }
 
+/* dsock_fastpath_conns counts attached connections still on the
+ * transport (our pollers spin only while there are some): a connection
+ * counts from its attach until it leaves the transport or is released. */
+static void fast_count(struct shm_conn *c)
+{
+	__atomic_store_n(&c->fast_counted, 1, __ATOMIC_RELAXED);
+	atomic_fetch_add(&dsock_fastpath_conns, 1);
+}
+
+static void fast_uncount(struct shm_conn *c)
+{
+	if (__atomic_exchange_n(&c->fast_counted, 0, __ATOMIC_RELAXED))
+		atomic_fetch_sub(&dsock_fastpath_conns, 1);
+}
+
 void shm_to_kernel(struct dsock_sock *s, unsigned reason)
 {
 	struct shm_conn *c = shm_conn(s);
@@ -107,9 +122,11 @@ void shm_to_kernel(struct dsock_sock *s, unsigned reason)
 	__atomic_store_n(&s->tp, NULL, __ATOMIC_RELEASE);
 	if (c && (c->state == SC_PENDING || c->state == SC_OFFER_DUE))
 		unlink_pending(c);
-	if (c)
+	if (c) {
 		dsock_hidden_set(c->sock, &c->unbacked, 0);
-	dsock_ctl_sock_event(s, 0 /* fd unknown here */, s->ev ? s->ev : DSOCK_EV_CONNECT);
+		fast_uncount(c);
+	}
+	dsock_ctl_sock_event(s, -1 /* fd unknown here: as told before */, s->ev ? s->ev : DSOCK_EV_CONNECT);
 }
 
 /* Maps and checks a connection's memory.  Trusts only what it can verify:
@@ -212,7 +229,7 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 	__atomic_store_n(&c->me->attached, DSOCK_ATT_ATTACHED, __ATOMIC_SEQ_CST);
 	c->state = SC_ATTACHED;
 	c->fork_gen = dsock_shm_fork_gen;
-	atomic_fetch_add(&dsock_fastpath_conns, 1);
+	fast_count(c);
 	atomic_store(&c->attaching, 0);
 	pthread_mutex_unlock(&c->mu);
 }
@@ -266,6 +283,11 @@ int64_t shm_lease_ns = 1000000;
 int shm_offer_calls = 4;
 #define OFFER_BYTES 65536 /* ... or once this much moved */
 
+/* Connections to one service go back to the kernel once their consumers
+ * were found asleep at this many more messages than 8 in 9
+ * (DSOCK_ASLEEP_WRITES; 0: never; data.c, note_wakeup). */
+unsigned shm_asleep_writes = 1024;
+
 /* A setting from lo to hi (unit: for the warning) into *v: 1 if set and
  * good; a bad one is warned of and ignored. */
 static int env_num(const char *name, long long lo, long long hi, const char *unit, long long *v)
@@ -296,6 +318,8 @@ int dsock_shm_init(void)
 		dsock_spin_ns = v * 1000;
 	if (env_num("DSOCK_OFFER_CALLS", 1, 1000000, "a count", &v))
 		shm_offer_calls = (int)v;
+	if (env_num("DSOCK_ASLEEP_WRITES", 0, 1000000000, "a count", &v))
+		shm_asleep_writes = (unsigned)v;
 
 	if (on && !strcmp(on, "0"))
 		return 0; /* DSOCK_FASTPATH=0: every connection stays on the kernel */
@@ -379,6 +403,24 @@ int shm_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 	return 0;
 }
 
+/* The port that names the service a connection belongs to: the one we
+ * connected to, or the one we accepted on (0 if unknown). */
+static uint16_t service_port(int fd, int role)
+{
+	struct sockaddr_storage ss;
+	socklen_t l = sizeof(ss);
+	int r = role == DSOCK_ROLE_CONNECT ? dsock_real.getpeername(fd, (struct sockaddr *)&ss, &l)
+					   : dsock_real.getsockname(fd, (struct sockaddr *)&ss, &l);
+
+	if (r < 0)
+		return 0;
+	if (ss.ss_family == AF_INET)
+		return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return 0;
+}
+
 /* OFFER_DUE: counts the call, and offers the connection when its turn
  * has come and it is established.  One thread does it (a reader and a
  * writer thread may both make a fresh connection's first calls: both
@@ -411,6 +453,7 @@ static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 		} else if (ti.tcpi_state == TCP_ESTABLISHED) {
 			s->state = DSOCK_ST_CONNECTED;
 			unlink_pending(c);
+			c->service = service_port(fd, c->role);
 			if (c->refuse || shm_calibrate(c, fd) || send_offer(s, fd, c->role, &reason))
 				shm_to_kernel(s, c->refuse ? DSOCK_R_FORKED : DSOCK_R_NO_DAEMON);
 		} /* else still connecting: a later call looks again */
@@ -466,8 +509,9 @@ void shm_release(struct dsock_sock *s)
 		unlink_pending(c);
 	if (c->state == SC_ATTACHED) {
 		shm_linger_forget(c);
-		atomic_fetch_sub(&dsock_fastpath_conns, 1);
+		shm_asleep_flush(c);
 	}
+	fast_uncount(c);
 	dsock_hidden_set(c->sock, &c->unbacked, 0);
 	held_remove(c); /* before the unmap: a fork may be counting */
 	if (c->h) {
@@ -544,6 +588,7 @@ void dsock_shm_fork_child(void)
 	pthread_mutex_init(&held_mu, NULL);
 	/* the child counts the connections it moves bytes through itself */
 	atomic_store(&dsock_shm_ring_conns, 0);
+	atomic_store(&dsock_shm_back_conns, 0);
 	for (struct shm_conn *c = held; c; c = c->hnext)
 		c->used_ring = 0;
 
@@ -703,7 +748,7 @@ void dsock_shm_adopt_inherited(void)
 		}
 		c->state = SC_ATTACHED;
 		c->fork_gen = dsock_shm_fork_gen - 1; /* the old program may hold it too */
-		atomic_fetch_add(&dsock_fastpath_conns, 1);
+		fast_count(c);
 		c->reported = 1;
 		c->tx_base = txb;
 		if (new_holder)

@@ -381,22 +381,90 @@ void shm_membarrier_register(void)
 /* After publishing data: wake the consumer unless it is polling the ring.
  * Every write gets its token then (not only the first): epoll's edge
  * trigger reports each arrival, as the kernel does; a polling consumer
- * costs nothing, a sleeping one about what a kernel send would. */
-static void ring_doorbell(struct shm_conn *c, int fd)
+ * costs nothing, a sleeping one about what a kernel send would.  Returns
+ * 0, or the time if it sent a token (the consumer was not polling). */
+static int64_t ring_doorbell(struct shm_conn *c, int fd)
 {
-	int64_t hu = (int64_t)__atomic_load_n(&c->tx->hot_until, __ATOMIC_RELAXED);
+	int64_t hu = (int64_t)__atomic_load_n(&c->tx->hot_until, __ATOMIC_RELAXED), now;
 
 	/* a skippable lease (above): no fence, and the coarse clock (a lease
 	 * that ended unseen, its consumer gone to a poller we do not see, is
 	 * noticed up to a tick late: its next token comes that much later) */
 	if ((hu & 1) && shm_membarrier_ok && hu > shm_coarse_ns())
-		return;
+		return 0;
 	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* orders tail before hot_until */
-	if ((int64_t)__atomic_load_n(&c->tx->hot_until, __ATOMIC_RELAXED) > shm_now_ns())
-		return;
+	now = shm_now_ns();
+	if ((int64_t)__atomic_load_n(&c->tx->hot_until, __ATOMIC_RELAXED) > now)
+		return 0;
 	__atomic_store_n(&c->tx->token, 1, __ATOMIC_SEQ_CST);
 	char t = 0;
 	dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+	return now;
+}
+
+/* Consumers asleep at nearly every message (tx lock held).  Then each
+ * message costs a kernel send (its token) and a drain on top of the ring,
+ * and the wake-up (~35 us here) dominates anyway: the kernel alone is
+ * cheaper.  A small write that needed a token (tokened: its time) and
+ * came ASLEEP_GAP_NS or more after our last token scores 1; a write that
+ * needed none takes 8 off (so the score climbs only while more than 8 in
+ * 9 messages find the consumer asleep); a token close behind another
+ * counts for nothing: a stream whose consumer is still waking up (or
+ * waiting for a CPU the producer holds) sends one per write for a while,
+ * and then polls (sockperf's 14 B stream: half its first 65,536 writes
+ * tokened, none of the next million).  Large writes never count: there
+ * the token is a small part of the cost.
+ *
+ * The score is the service's (shm_asleep_score, per port we connected to
+ * or accepted on), not the connection's: a server's many connections, and
+ * the ones a proxy opens and closes all the time (nginx renews its
+ * upstream connections every 1,000 requests), add up to one verdict, and
+ * a new connection to a service whose consumers sleep goes back at its
+ * first such message.  A connection adds its part when it sends a token
+ * (no shared write on the path that sends none) and at its release.  At
+ * shm_asleep_writes this side asks both directions back onto the kernel
+ * (down.c), for good. */
+#define ASLEEP_SMALL 4096
+#define ASLEEP_GAP_NS 20000
+_Atomic int32_t shm_asleep_score[SHM_ASLEEP_SLOTS];
+
+void shm_asleep_flush(struct shm_conn *c)
+{
+	_Atomic int32_t *w = &shm_asleep_score[c->service % SHM_ASLEEP_SLOTS];
+	int32_t top = shm_asleep_writes > (1u << 29) ? 1 << 30 : (int32_t)shm_asleep_writes * 2;
+
+	if (!c->asleep_delta)
+		return;
+	/* kept within [0, twice the threshold]: a long hot spell must not
+	 * hide a sleepy one for long, nor the other way round */
+	int32_t v = atomic_fetch_add_explicit(w, c->asleep_delta, memory_order_relaxed) + c->asleep_delta;
+	if (v < 0 || v > top)
+		atomic_store_explicit(w, v < 0 ? 0 : top, memory_order_relaxed);
+	c->asleep_delta = 0;
+}
+
+static void note_wakeup(struct shm_conn *c, size_t n, int64_t tokened)
+{
+	if (!shm_asleep_writes)
+		return;
+	if (!tokened) {
+		if (c->asleep_delta > -(1 << 20))
+			c->asleep_delta -= 8;
+		return;
+	}
+	int64_t gap = tokened - c->last_token_ns;
+	c->last_token_ns = tokened;
+	if (n < ASLEEP_SMALL && gap >= ASLEEP_GAP_NS)
+		c->asleep_delta++;
+	shm_asleep_flush(c);
+	if (atomic_load_explicit(&shm_asleep_score[c->service % SHM_ASLEEP_SLOTS], memory_order_relaxed) <
+		    (int32_t)shm_asleep_writes ||
+	    __atomic_load_n(&c->me->closing, __ATOMIC_RELAXED) || shm_shared(c))
+		return;
+	uint32_t none = 0;
+	if (__atomic_compare_exchange_n(&c->me->down_req, &none, DSOCK_DOWN_ASLEEP, 0, __ATOMIC_SEQ_CST,
+					__ATOMIC_RELAXED))
+		DSOCK_DBG("consumers of port %u found asleep: asking for the kernel", c->service);
 }
 
 /* Moves our sending from the kernel to the ring (tx lock held, connection
@@ -438,6 +506,16 @@ static int switch_tx_locked(struct shm_conn *c, int fd, int force)
 	}
 	dsock_real.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	__atomic_store_n(&c->me->switch_off, (uint64_t)sent, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+int shm_last_token_locked(struct shm_conn *c, int fd)
+{
+	if (switch_tx_locked(c, fd, 1))
+		return -EAGAIN;
+	__atomic_store_n(&c->tx->token, 1, __ATOMIC_SEQ_CST);
+	char t = 0;
+	dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 	return 0;
 }
 
@@ -837,7 +915,7 @@ static int peer_closed_probe(int fd, int flags)
 
 /* Makes ring bytes up to tail visible to the consumer (tx lock held) and
  * wakes it if it sleeps. */
-static void publish(struct shm_conn *c, int fd, uint64_t tail)
+static void publish(struct shm_conn *c, int fd, uint64_t tail, size_t n)
 {
 	/* our id first: a holder that dies between the two leaves the others
 	 * loading the line, never trusting a stale copy */
@@ -849,13 +927,14 @@ static void publish(struct shm_conn *c, int fd, uint64_t tail)
 	c->tx_tail = tail;
 	c->tx_tail_ok = 1;
 	count_ring_use(c);
-	ring_doorbell(c, fd);
+	note_wakeup(c, n, ring_doorbell(c, fd));
 	uint32_t cpu = (uint32_t)sched_getcpu() + 1;
 	if (__atomic_load_n(&c->me->cpu, __ATOMIC_RELAXED) != cpu)
 		__atomic_store_n(&c->me->cpu, cpu, __ATOMIC_RELAXED);
 }
 
 static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
+#define FOLLOW_TRIES 100 /* sendmsg_in: tries to follow a peer gone back */
 
 /* A call holds a reference on the socket (the fd table's own is the
  * other): the close sees it and makes the private dup that the call then
@@ -875,7 +954,7 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 	size_t total = iov_total(m), done = 0;
 	int64_t deadline = 0;
 	ssize_t r;
-	int err = 0, announced = 0;
+	int err = 0, announced = 0, follow = 0;
 
 	if (!shm_progress(s, fd) || c->state != SC_ATTACHED) {
 		/* PENDING (or gone to the kernel): the kernel carries it; the
@@ -905,6 +984,18 @@ again:
 	}
 	if (shm_tx_lock(c))
 		return shm_fault(s, fd, "lock held forever");
+	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) &&
+	    !__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) &&
+	    !__atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE) && follow++ < FOLLOW_TRIES) {
+		/* the peer's sending went back while we waited for the lock
+		 * (down.c, tx_down): ours follows before a byte enters the ring
+		 * (a few tries: a lock may be busy for a moment; a peer that
+		 * holds it for ever gets the ring as before) */
+		shm_tx_unlock(c);
+		if (follow > 1)
+			sched_yield();
+		goto again;
+	}
 	/* attached but the peer not yet (-EAGAIN here), or not switched now
 	 * (kernel backpressure, or shut down): the kernel answers, under the
 	 * lock a switch takes, blocking, EPIPE and SIGPIPE included */
@@ -932,6 +1023,16 @@ again:
 			return shm_fault(s, fd, "tx indices out of range");
 		}
 		if (space == 0) {
+			if (!done && __atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) &&
+			    follow++ < FOLLOW_TRIES) {
+				/* the peer's sending is plain: no space token will
+				 * come (an edge-triggered writer would wait for ever);
+				 * ours goes back now (down.c), unless a lock is busy
+				 * for a moment */
+				shm_tx_unlock(c);
+				sched_yield();
+				goto again;
+			}
 			if (done || nonblocking(s, fd, flags)) {
 				if (!announced && (!done || (dsock_real.fcntl(fd, F_GETFL) & O_NONBLOCK))) {
 					/* a poller will wait for space: ask for a token, then
@@ -979,7 +1080,7 @@ again:
 		}
 		size_t n = total - done < (size_t)space ? total - done : (size_t)space;
 		ring_copy(c->txd, c->size, tail, m, done, n, 1);
-		publish(c, fd, tail + n);
+		publish(c, fd, tail + n, n);
 		done += n;
 	}
 out:
@@ -1006,12 +1107,16 @@ ssize_t shm_sendmsg_solo(struct dsock_sock *s, int fd, const struct msghdr *m, i
 	total = iov_total(m);
 	if (!total || shm_tx_lock(c))
 		return DSOCK_ESLOW;
+	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
+		shm_tx_unlock(c); /* it went back meanwhile: ours follows (down.c) */
+		return DSOCK_ESLOW;
+	}
 	if (tx_space_for(c, &tail, total) < (int64_t)total) {
 		shm_tx_unlock(c);
 		return DSOCK_ESLOW;
 	}
 	ring_copy(c->txd, c->size, tail, m, 0, total, 1);
-	publish(c, fd, tail + total);
+	publish(c, fd, tail + total, total);
 	shm_tx_unlock(c);
 	return (ssize_t)total;
 }
@@ -1395,8 +1500,7 @@ void shm_closing(struct dsock_sock *s, int fd)
 	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
 		/* the ring is closed: the kernel decides FIN or RST by what is
 		 * unread, once the tokens are out of the way */
-		if (__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE))
-			shm_drain_tokens(c, fd, 1);
+		shm_down_discard(c, fd);
 		return;
 	}
 	if (rx_avail(c, &head) != 0) {
@@ -1414,7 +1518,10 @@ int shm_writable(struct dsock_sock *s)
 	struct shm_conn *c = shm_conn(s);
 	uint64_t tail;
 
-	if (!c || !shm_active(c) || __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
+	/* once the peer's sending is plain it sends no space token: the next
+	 * send moves ours back too (down.c, tx_down) instead of waiting */
+	if (!c || !shm_active(c) || __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
 		return 1;
 	return tx_space(c, &tail) != 0;
 }

@@ -77,11 +77,20 @@ static int send_backlog(struct shm_conn *c, int fd, uint64_t head, uint64_t n)
 	return 0;
 }
 
-/* Moves our sending back to the kernel for good.  0, -EAGAIN (a lock is
- * busy: try again), or -errno. */
-static int tx_down(struct shm_conn *c, int fd)
+/* Moves our sending back to the kernel for good.  0, -EAGAIN (not now:
+ * try again), or -errno.  A hand-over (its fd must leave) waits for the
+ * peer's lock and re-sends what the ring holds.  A connection whose
+ * consumers sleep (asleep) has no hurry: one try.  Once our sending is
+ * plain we can send no more tokens, so a peer still writing to its ring
+ * could wait for a space token that never comes.  So the first side to
+ * move that way moves only while both rings are empty, holding the
+ * peer's tx lock too (no byte enters its ring meanwhile), and wakes the
+ * peer with a last token; the peer's writers look for our move under
+ * their tx lock (sendmsg_in, shm_sendmsg_solo) and move theirs, with
+ * their ring still empty, before they write again. */
+static int tx_down(struct shm_conn *c, int fd, int asleep)
 {
-	int r = 0;
+	int r = 0, first = 0;
 
 	for (int round = 0;; round++) {
 		if (shm_lock(&c->rx->rx_lock))
@@ -90,10 +99,18 @@ static int tx_down(struct shm_conn *c, int fd)
 			shm_unlock(&c->rx->rx_lock);
 			return -EAGAIN;
 		}
-		if (trylock_peer(&c->tx->rx_lock, round))
-			break;
+		if (trylock_peer(&c->tx->rx_lock, round)) {
+			/* (the peer moves under the lock we now hold) */
+			first = asleep && !__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE);
+			if (!first || (!shm_shared(c) && shm_peer_tx_trylock(c)))
+				break;
+			first = 0;
+			shm_unlock(&c->tx->rx_lock); /* the peer is writing: later */
+		}
 		shm_tx_unlock(c);
 		shm_unlock(&c->rx->rx_lock);
+		if (asleep)
+			return -EAGAIN;
 		if (round > 20000)
 			return -ETIMEDOUT;
 		if (round < 64)
@@ -106,9 +123,20 @@ static int tx_down(struct shm_conn *c, int fd)
 		uint64_t tail = __atomic_load_n(&c->tx->tail, __ATOMIC_RELAXED);
 		uint64_t n = __atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE ?
 			     0 : tail - head;
-		int64_t k = shm_kernel_sent(fd) - c->tx_base;
+		int64_t k = 0;
 
-		if (n > c->size || k < 0)
+		/* the first side: both rings empty, and the last token (counted
+		 * in down_off below) */
+		if (first)
+			r = n || __atomic_load_n(&c->rx->tail, __ATOMIC_ACQUIRE) !=
+					 __atomic_load_n(&c->rx->head, __ATOMIC_RELAXED) ?
+				    -EAGAIN : shm_last_token_locked(c, fd);
+		if (!r)
+			k = shm_kernel_sent(fd) - c->tx_base;
+		if (r)
+			; /* not now: its consumer reads the ring first, or our
+			   * kernel stream cannot switch yet */
+		else if (n > c->size || k < 0)
 			r = -EPROTO;
 		else if (n && __atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE))
 			r = -EPIPE; /* our FIN is out: no byte can follow it */
@@ -121,6 +149,8 @@ static int tx_down(struct shm_conn *c, int fd)
 				  (long long)k, (unsigned long long)n);
 		}
 	}
+	if (first)
+		shm_unlock(&c->rx->tx_lock);
 	shm_unlock(&c->tx->rx_lock);
 	shm_tx_unlock(c);
 	shm_unlock(&c->rx->rx_lock);
@@ -166,24 +196,47 @@ static int discard_tokens(struct shm_conn *c, int fd)
 	return r < 0 ? r : kr >= dn ? 1 : r == 1 ? 2 : 0;
 }
 
+/* Why the connection goes back: a hand-over if either side asks for one
+ * (or asks in a way we do not know), else its consumers sleep. */
+static unsigned down_reason(struct shm_conn *c)
+{
+	uint32_t a = __atomic_load_n(&c->me->down_req, __ATOMIC_ACQUIRE);
+	uint32_t b = __atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE);
+
+	return (a == DSOCK_DOWN_ASLEEP || !a) && (b == DSOCK_DOWN_ASLEEP || !b) && (a || b) ?
+		       DSOCK_R_ASLEEP : DSOCK_R_HANDED_OVER;
+}
+
 int shm_down_answer(struct dsock_sock *s, int fd)
 {
 	struct shm_conn *c = shm_conn(s);
 	int r;
 
-	if (!__atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE) ||
+	/* the peer's request, or our own when its consumer sleeps (a
+	 * hand-over's own thread moves ours too: tx_down runs once) */
+	if ((!__atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE) &&
+	     !__atomic_load_n(&c->me->down_req, __ATOMIC_ACQUIRE) &&
+	     !__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) ||
 	    __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
 		return 0;
-	r = tx_down(c, fd);
+	unsigned why = down_reason(c);
+	/* after our FIN nothing follows on the kernel: our ring ends the
+	 * stream, and a peer whose consumers sleep needs no answer */
+	if (why == DSOCK_R_ASLEEP && __atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE))
+		return 0;
+	r = tx_down(c, fd, why == DSOCK_R_ASLEEP);
 	if (r == -EAGAIN)
 		return 0; /* busy: the next call answers */
 	if (r) {
-		DSOCK_WARN("connection on fd %d reset: its peer hands it to a program without dsock, "
-			   "and our ring could not move back to the kernel (%s)", fd, strerror(-r));
+		DSOCK_WARN("connection on fd %d reset: %s, and our ring could not move back to the kernel (%s)",
+			   fd, why == DSOCK_R_ASLEEP ? "it goes back to the kernel (its consumers sleep)" :
+			   "its peer hands it to a program without dsock", strerror(-r));
 		return shm_reset(s, fd, DSOCK_R_HANDOVER_RESET);
 	}
 	return 0;
 }
+
+_Atomic long dsock_shm_back_conns;
 
 int shm_down_step(struct dsock_sock *s, int fd)
 {
@@ -197,7 +250,9 @@ int shm_down_step(struct dsock_sock *s, int fd)
 		/* both directions plain: this process leaves the transport */
 		shm_linger_forget(c);
 		dsock_hidden_set(c->sock, &c->unbacked, 0);
-		shm_to_kernel(s, DSOCK_R_HANDED_OVER);
+		if (c->used_ring)
+			atomic_fetch_add(&dsock_shm_back_conns, 1);
+		shm_to_kernel(s, down_reason(c));
 	}
 	return 0;
 }
@@ -223,7 +278,7 @@ int shm_handover(struct dsock_sock *s, int fd)
 	__atomic_store_n(&c->me->down_req, 1, __ATOMIC_SEQ_CST);
 	/* a peer asleep in a receive or a poller wakes and answers */
 	shm_wake_peer(c, fd);
-	while ((r = tx_down(c, fd)) == -EAGAIN && shm_now_ns() < end)
+	while ((r = tx_down(c, fd, 0)) == -EAGAIN && shm_now_ns() < end)
 		nap(20000);
 	if (r)
 		return handover_failed(s, fd, "our ring could not move back to the kernel");
@@ -339,6 +394,18 @@ long shm_readable_down(struct shm_conn *c, int fd)
 	if (kr < sw)
 		return sw - kr < (uint64_t)inq ? (long)(sw - kr) : inq;
 	return (uint64_t)inq > dn - kr ? (long)((uint64_t)inq - (dn - kr)) : 0;
+}
+
+void shm_down_discard(struct shm_conn *c, int fd)
+{
+	uint64_t sw, dn, kr;
+
+	if (shm_lock(&c->rx->rx_lock))
+		return;
+	peer_offsets(c, &sw, &dn, &kr);
+	if (!rx_plain(c) && kr >= sw)
+		discard_tokens(c, fd);
+	shm_unlock(&c->rx->rx_lock);
 }
 
 int shm_spurious_down(struct shm_conn *c, int fd)

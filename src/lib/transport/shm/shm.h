@@ -52,6 +52,13 @@ struct shm_conn {
 	int tx_tail_ok;      /* ... once we stored one (an exec'd image has
 			      * our pid and may reuse our numbers) */
 	int tx_biased;       /* the tx lock's holder entered by its bias */
+	int fast_counted;    /* counted in dsock_fastpath_conns (conn.c) */
+	int32_t asleep_delta; /* our part of the service's asleep score not
+			       * yet added to it (tx lock held; data.c,
+			       * note_wakeup) */
+	uint16_t service;    /* the service port: the peer's if we connected,
+			      * ours if we accepted (0: unknown) */
+	int64_t last_token_ns; /* when we sent our last data token */
 	uint32_t nr;         /* this connection's number in this process */
 	uint32_t rx_reads;   /* ring reads since we last ended a lease */
 	int lease_skippable; /* the lease we published last has bit 0 (our
@@ -90,6 +97,8 @@ struct shm_conn {
 extern const struct dsock_transport dsock_shm_transport;
 /* Connections of this process whose bytes went through a ring. */
 extern _Atomic long dsock_shm_ring_conns;
+/* ... and of them, those that went back to the kernel (down.c). */
+extern _Atomic long dsock_shm_back_conns;
 
 static inline struct shm_conn *shm_conn(struct dsock_sock *s)
 {
@@ -98,6 +107,12 @@ static inline struct shm_conn *shm_conn(struct dsock_sock *s)
 
 /* conn.c */
 extern int shm_offer_calls; /* DSOCK_OFFER_CALLS */
+extern unsigned shm_asleep_writes; /* DSOCK_ASLEEP_WRITES */
+/* The asleep score of this process's connections per service port (a
+ * slot per port modulo its size; data.c, note_wakeup). */
+#define SHM_ASLEEP_SLOTS 1024
+extern _Atomic int32_t shm_asleep_score[SHM_ASLEEP_SLOTS];
+void shm_asleep_flush(struct shm_conn *c);
 
 int dsock_shm_init(void);
 int shm_offer(struct dsock_sock *s, int fd, int role, unsigned *reason);
@@ -198,6 +213,10 @@ int shm_drain_tokens(struct shm_conn *c, int fd, int to_end);
 /* Wakes the peer with a token on our kernel stream (switching it first if
  * need be); 0, or -EAGAIN if our stream cannot carry a token now. */
 int shm_wake_peer(struct shm_conn *c, int fd);
+/* The same with the tx lock held: the last token before our sending goes
+ * back (switched first if need be: a byte on an unswitched stream is
+ * data).  0, or -EAGAIN (it cannot switch now). */
+int shm_last_token_locked(struct shm_conn *c, int fd);
 
 /* down.c: moving a connection back to the kernel when its fd goes to a
  * holder that does not run dsock (an exec'ed static or setuid program, a
@@ -226,6 +245,15 @@ static inline int shm_down_asked(const struct shm_conn *c)
  * moving our sending back; leaves the transport once both directions are
  * plain.  0, or -ECONNRESET if the move failed (connection reset). */
 int shm_down_step(struct dsock_sock *s, int fd);
+extern unsigned dsock_shm_fork_gen;
+/* Another process may hold our end, or did: a fork (fork_gen) or an
+ * adoption (holders).  Such a connection never moves back first because
+ * its consumers sleep (down.c), nor asks to (data.c). */
+static inline int shm_shared(const struct shm_conn *c)
+{
+	return c->fork_gen != dsock_shm_fork_gen || __atomic_load_n(&c->me->holders, __ATOMIC_RELAXED) != 1 ||
+	       __atomic_load_n(&c->peer->holders, __ATOMIC_RELAXED) != 1;
+}
 /* The same without leaving the transport (close). */
 int shm_down_answer(struct dsock_sock *s, int fd);
 /* fd leaves for a holder without dsock: both directions back on the
@@ -237,6 +265,11 @@ ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 /* Readable bytes then (FIONREAD), and whether a kernel-readable socket
  * holds only tokens (our pollers' filter). */
 long shm_readable_down(struct shm_conn *c, int fd);
+/* At the last close: the peer's tokens out of the way (once every byte it
+ * sent before its switch is read), so that the kernel's close is a FIN,
+ * not a reset.  Our receives may never have noticed its switch: a peer
+ * whose consumers sleep switches to send its last token (tx_down). */
+void shm_down_discard(struct shm_conn *c, int fd);
 int shm_spurious_down(struct shm_conn *c, int fd);
 
 /* Lingering leases (data.c).  A receiver leaves its connection "hot" for a
