@@ -44,7 +44,7 @@ watched() {
 # "asleep" (SOAK_ASLEEP=1; not in the default run: see below): every
 # connection whose consumer is asleep at a write goes back to the kernel
 # mid-stream (DSOCK_ASLEEP_WRITES=1, opt-in), with bytes in flight.  Open:
-# one such run in about eight hung (the client stopped making progress).
+# about one such run in three stalls a stream handed to a fork helper.
 for mode in native dsock $([ "${SOAK_ASLEEP:-0}" = 1 ] && echo asleep); do
 	rm -f "$TMP/report"
 	if [ $mode = native ]; then

@@ -317,12 +317,21 @@ static void fork_helper(int i)
 	cs[i].fd = -1;
 }
 
+/* The server's client process, once reap() below has collected it (its
+ * waitpid(-1) may get there first: the server then waited for a client
+ * that was gone, and failed "no progress for 10 s"). */
+static pid_t client_pid;
+static int client_reaped, client_status;
+
 static int reap(int nohang)
 {
 	int st, bad = 0;
 	pid_t p;
 	while ((p = waitpid(-1, &st, nohang ? WNOHANG : 0)) > 0 || (p < 0 && errno == EINTR))
-		if (p > 0 && (!WIFEXITED(st) || WEXITSTATUS(st))) {
+		if (p > 0 && p == client_pid) {
+			client_reaped = 1;
+			client_status = st;
+		} else if (p > 0 && (!WIFEXITED(st) || WEXITSTATUS(st))) {
 			fprintf(stderr, "soak: helper %d failed (status %#x)\n", (int)p, st);
 			bad++;
 		}
@@ -365,8 +374,8 @@ static void run_loop(int lfd, const struct sockaddr_in *a, int conc, uint64_t ma
 		}
 		int r = poll(ps, (nfds_t)n, 100);
 		if (!is_client && !client_done) {
-			int st;
-			if (waitpid(client, &st, WNOHANG) == client) {
+			int st = client_status;
+			if (client_reaped || waitpid(client, &st, WNOHANG) == client) {
 				client_done = 1;
 				if (!WIFEXITED(st) || WEXITSTATUS(st))
 					errors++;
@@ -470,6 +479,7 @@ int main(int argc, char **argv)
 		_exit(errors ? 1 : 0);
 	}
 	rng_state = seed ^ 0x5555;
+	client_pid = client;
 	run_loop(lfd, &a, conc, max, 0, client);
 	printf("soak server: %lu streams echoed, %lu cut short by the client, %lu forked, %d errors\n",
 	       n_streams, n_aborted, n_forked, errors);
