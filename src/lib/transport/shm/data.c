@@ -378,6 +378,15 @@ void shm_membarrier_register(void)
 }
 
 /* ---- tokens --------------------------------------------------------------- */
+/* A wake-up token on our kernel stream (tx lock held, sending switched). */
+static void send_token(struct shm_conn *c, int fd)
+{
+	char t = 0;
+
+	__atomic_store_n(&c->tx->token, 1, __ATOMIC_SEQ_CST);
+	dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
 /* After publishing data: wake the consumer unless it is polling the ring.
  * Every write gets its token then (not only the first): epoll's edge
  * trigger reports each arrival, as the kernel does; a polling consumer
@@ -396,9 +405,7 @@ static int64_t ring_doorbell(struct shm_conn *c, int fd)
 	now = shm_now_ns();
 	if ((int64_t)__atomic_load_n(&c->tx->hot_until, __ATOMIC_RELAXED) > now)
 		return 0;
-	__atomic_store_n(&c->tx->token, 1, __ATOMIC_SEQ_CST);
-	char t = 0;
-	dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+	send_token(c, fd);
 	return now;
 }
 
@@ -428,19 +435,20 @@ static int64_t ring_doorbell(struct shm_conn *c, int fd)
 #define ASLEEP_GAP_NS 20000
 _Atomic int32_t shm_asleep_score[SHM_ASLEEP_SLOTS];
 
-void shm_asleep_flush(struct shm_conn *c)
+int32_t shm_asleep_flush(struct shm_conn *c)
 {
 	_Atomic int32_t *w = &shm_asleep_score[c->service % SHM_ASLEEP_SLOTS];
 	int32_t top = shm_asleep_writes > (1u << 29) ? 1 << 30 : (int32_t)shm_asleep_writes * 2;
 
 	if (!c->asleep_delta)
-		return;
+		return atomic_load_explicit(w, memory_order_relaxed);
 	/* kept within [0, twice the threshold]: a long hot spell must not
 	 * hide a sleepy one for long, nor the other way round */
 	int32_t v = atomic_fetch_add_explicit(w, c->asleep_delta, memory_order_relaxed) + c->asleep_delta;
 	if (v < 0 || v > top)
-		atomic_store_explicit(w, v < 0 ? 0 : top, memory_order_relaxed);
+		atomic_store_explicit(w, v = v < 0 ? 0 : top, memory_order_relaxed);
 	c->asleep_delta = 0;
+	return v;
 }
 
 static void note_wakeup(struct shm_conn *c, size_t n, int64_t tokened)
@@ -456,9 +464,7 @@ static void note_wakeup(struct shm_conn *c, size_t n, int64_t tokened)
 	c->last_token_ns = tokened;
 	if (n < ASLEEP_SMALL && gap >= ASLEEP_GAP_NS)
 		c->asleep_delta++;
-	shm_asleep_flush(c);
-	if (atomic_load_explicit(&shm_asleep_score[c->service % SHM_ASLEEP_SLOTS], memory_order_relaxed) <
-		    (int32_t)shm_asleep_writes ||
+	if (shm_asleep_flush(c) < (int32_t)shm_asleep_writes ||
 	    __atomic_load_n(&c->me->closing, __ATOMIC_RELAXED) || shm_shared(c))
 		return;
 	uint32_t none = 0;
@@ -513,9 +519,7 @@ int shm_last_token_locked(struct shm_conn *c, int fd)
 {
 	if (switch_tx_locked(c, fd, 1))
 		return -EAGAIN;
-	__atomic_store_n(&c->tx->token, 1, __ATOMIC_SEQ_CST);
-	char t = 0;
-	dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+	send_token(c, fd);
 	return 0;
 }
 
@@ -526,15 +530,10 @@ int shm_wake_peer(struct shm_conn *c, int fd)
 	if (shm_tx_lock(c))
 		return -EAGAIN;
 	/* a token is a token only once our sending has switched */
-	e = __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) ? -EAGAIN :
-	    shm_active(c) ? switch_tx_locked(c, fd, 1) : -EAGAIN;
-	if (!e) {
-		__atomic_store_n(&c->tx->token, 1, __ATOMIC_SEQ_CST);
-		char t = 0;
-		dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-	}
+	e = __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) || !shm_active(c) ? -EAGAIN :
+	    shm_last_token_locked(c, fd);
 	shm_tx_unlock(c);
-	return e ? -EAGAIN : 0;
+	return e;
 }
 
 /* Wakes a producer waiting for space in our rx ring: a blocked send on the

@@ -123,20 +123,17 @@ static int tx_down(struct shm_conn *c, int fd, int asleep)
 		uint64_t tail = __atomic_load_n(&c->tx->tail, __ATOMIC_RELAXED);
 		uint64_t n = __atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE ?
 			     0 : tail - head;
-		int64_t k = 0;
+		int64_t k;
 
 		/* the first side: both rings empty, and the last token (counted
-		 * in down_off below) */
-		if (first)
-			r = n || __atomic_load_n(&c->rx->tail, __ATOMIC_ACQUIRE) !=
-					 __atomic_load_n(&c->rx->head, __ATOMIC_RELAXED) ?
-				    -EAGAIN : shm_last_token_locked(c, fd);
-		if (!r)
-			k = shm_kernel_sent(fd) - c->tx_base;
-		if (r)
-			; /* not now: its consumer reads the ring first, or our
-			   * kernel stream cannot switch yet */
-		else if (n > c->size || k < 0)
+		 * in down_off below); not now (-EAGAIN) if a consumer has ring
+		 * bytes to read first, or our kernel stream cannot switch yet */
+		if (first && (r = n || __atomic_load_n(&c->rx->tail, __ATOMIC_ACQUIRE) !=
+					       __atomic_load_n(&c->rx->head, __ATOMIC_RELAXED) ?
+					  -EAGAIN : shm_last_token_locked(c, fd)))
+			goto out;
+		k = shm_kernel_sent(fd) - c->tx_base;
+		if (n > c->size || k < 0)
 			r = -EPROTO;
 		else if (n && __atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE))
 			r = -EPIPE; /* our FIN is out: no byte can follow it */
@@ -149,6 +146,7 @@ static int tx_down(struct shm_conn *c, int fd, int asleep)
 				  (long long)k, (unsigned long long)n);
 		}
 	}
+out:
 	if (first)
 		shm_unlock(&c->rx->tx_lock);
 	shm_unlock(&c->tx->rx_lock);
@@ -275,7 +273,7 @@ int shm_handover(struct dsock_sock *s, int fd)
 		c->refuse = 1; /* a pairing still to come is refused: the kernel keeps it */
 		return 0;
 	}
-	__atomic_store_n(&c->me->down_req, 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&c->me->down_req, DSOCK_DOWN_HANDOVER, __ATOMIC_SEQ_CST);
 	/* a peer asleep in a receive or a poller wakes and answers */
 	shm_wake_peer(c, fd);
 	while ((r = tx_down(c, fd, 0)) == -EAGAIN && shm_now_ns() < end)
@@ -396,31 +394,35 @@ long shm_readable_down(struct shm_conn *c, int fd)
 	return (uint64_t)inq > dn - kr ? (long)((uint64_t)inq - (dn - kr)) : 0;
 }
 
-void shm_down_discard(struct shm_conn *c, int fd)
+/* The peer's tokens in our kernel queue, discarded once every byte it sent
+ * before its switch is read (rx lock held). */
+static void discard_if_read(struct shm_conn *c, int fd)
 {
 	uint64_t sw, dn, kr;
 
-	if (shm_lock(&c->rx->rx_lock))
+	if (rx_plain(c))
 		return;
 	peer_offsets(c, &sw, &dn, &kr);
-	if (!rx_plain(c) && kr >= sw)
+	if (kr >= sw)
 		discard_tokens(c, fd);
+}
+
+void shm_down_discard(struct shm_conn *c, int fd)
+{
+	if (shm_lock(&c->rx->rx_lock))
+		return;
+	discard_if_read(c, fd);
 	shm_unlock(&c->rx->rx_lock);
 }
 
 int shm_spurious_down(struct shm_conn *c, int fd)
 {
-	uint64_t sw, dn, kr;
 	char t;
 	ssize_t n;
 
 	if (shm_lock(&c->rx->rx_lock))
 		return 0;
-	if (!rx_plain(c)) {
-		peer_offsets(c, &sw, &dn, &kr);
-		if (kr >= sw)
-			discard_tokens(c, fd);
-	}
+	discard_if_read(c, fd);
 	n = dsock_real.recv(fd, &t, 1, MSG_PEEK | MSG_DONTWAIT);
 	shm_unlock(&c->rx->rx_lock);
 	return n < 0 && errno == EAGAIN; /* tokens only: nothing to read */

@@ -112,7 +112,8 @@ extern unsigned shm_asleep_writes; /* DSOCK_ASLEEP_WRITES */
  * slot per port modulo its size; data.c, note_wakeup). */
 #define SHM_ASLEEP_SLOTS 1024
 extern _Atomic int32_t shm_asleep_score[SHM_ASLEEP_SLOTS];
-void shm_asleep_flush(struct shm_conn *c);
+/* Adds c's part to its service's score; returns the score. */
+int32_t shm_asleep_flush(struct shm_conn *c);
 
 int dsock_shm_init(void);
 int shm_offer(struct dsock_sock *s, int fd, int role, unsigned *reason);
@@ -241,10 +242,6 @@ static inline int shm_down_asked(const struct shm_conn *c)
 	return __atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE) &&
 	       !__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE);
 }
-/* Before a call (no shared lock held): answers the peer's request by
- * moving our sending back; leaves the transport once both directions are
- * plain.  0, or -ECONNRESET if the move failed (connection reset). */
-int shm_down_step(struct dsock_sock *s, int fd);
 extern unsigned dsock_shm_fork_gen;
 /* Another process may hold our end, or did: a fork (fork_gen) or an
  * adoption (holders).  Such a connection never moves back first because
@@ -254,6 +251,10 @@ static inline int shm_shared(const struct shm_conn *c)
 	return c->fork_gen != dsock_shm_fork_gen || __atomic_load_n(&c->me->holders, __ATOMIC_RELAXED) != 1 ||
 	       __atomic_load_n(&c->peer->holders, __ATOMIC_RELAXED) != 1;
 }
+/* Before a call (no shared lock held): answers the peer's request by
+ * moving our sending back; leaves the transport once both directions are
+ * plain.  0, or -ECONNRESET if the move failed (connection reset). */
+int shm_down_step(struct dsock_sock *s, int fd);
 /* The same without leaving the transport (close). */
 int shm_down_answer(struct dsock_sock *s, int fd);
 /* fd leaves for a holder without dsock: both directions back on the
