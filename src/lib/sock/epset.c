@@ -318,9 +318,16 @@ int dsock_epset_member(int epfd, uint64_t data, int *in_added)
 	return fd;
 }
 
+/* Events whose state only the kernel knows: a member that wants any of
+ * them needs the kernel's look as well as ours. */
+#define KERNEL_ONLY_EVENTS (EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND | EPOLLPRI | EPOLLRDBAND)
+static __thread int emitted_wants_kernel;
+
 /* Reports member m (mu held). */
 static int emit(struct member *m, struct epoll_event *out)
 {
+	if (m->events & KERNEL_ONLY_EVENTS)
+		emitted_wants_kernel = 1;
 	out->events = EPOLLIN;
 	out->data.u64 = m->data;
 	if (m->events & EPOLLONESHOT)
@@ -351,13 +358,15 @@ static int hidden_in_set(int epfd, struct epoll_event *out, int max)
 	return n;
 }
 
-int dsock_epset_hidden(int epfd, struct epoll_event *out, int max)
+int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int *wants_kernel)
 {
 	int n;
 
+	*wants_kernel = 0;
 	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
 		return 0;
 	pthread_mutex_lock(&mu);
+	emitted_wants_kernel = 0;
 	n = hidden_in_set(epfd, out, max);
 	/* epoll sets nested in epfd (one level): hidden data inside counts;
 	 * they have no socket, so all hang in the chain of NULL */
@@ -368,6 +377,7 @@ int dsock_epset_hidden(int epfd, struct epoll_event *out, int max)
 		if (hidden_in_set(m->fd, &tmp, 1))
 			n += emit(m, &out[n]);
 	}
+	*wants_kernel = emitted_wants_kernel;
 	pthread_mutex_unlock(&mu);
 	return n;
 }

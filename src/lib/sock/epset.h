@@ -14,8 +14,9 @@ int dsock_epset_member_fd(int epfd, uint64_t data);
 int dsock_epset_member(int epfd, uint64_t data, int *in_added);
 /* Members of epfd whose socket is hidden readable (and epoll sets nested
  * in it, one level, that hold one), as EPOLLIN events; ONESHOT members are
- * disarmed, EPOLLET ones reported once per arrival. */
-int dsock_epset_hidden(int epfd, struct epoll_event *out, int max);
+ * disarmed, EPOLLET ones reported once per arrival.  *wants_kernel: one of
+ * them also asked for events only the kernel can tell (EPOLLOUT, ...). */
+int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int *wants_kernel);
 void dsock_epset_fork_prepare(void);
 void dsock_epset_fork_parent(void);
 void dsock_epset_fork_child(void);
