@@ -318,15 +318,17 @@ int dsock_epset_member(int epfd, uint64_t data, int *in_added)
 	return fd;
 }
 
-/* Events whose state only the kernel knows: a member that wants any of
- * them needs the kernel's look as well as ours. */
-#define KERNEL_ONLY_EVENTS (EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND | EPOLLPRI | EPOLLRDBAND)
+/* A member that needs the kernel's look in the same call as ours: it
+ * wants events whose state only the kernel knows, or the kernel holds an
+ * edge or a one-shot for it that this report must use up (else a later
+ * look reports the same arrival again). */
+#define KERNEL_LOOK_EVENTS (EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND | EPOLLPRI | EPOLLRDBAND | EPOLLET | EPOLLONESHOT)
 static __thread int emitted_wants_kernel;
 
 /* Reports member m (mu held). */
 static int emit(struct member *m, struct epoll_event *out)
 {
-	if (m->events & KERNEL_ONLY_EVENTS)
+	if (m->events & KERNEL_LOOK_EVENTS)
 		emitted_wants_kernel = 1;
 	out->events = EPOLLIN;
 	out->data.u64 = m->data;

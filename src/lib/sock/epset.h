@@ -15,7 +15,8 @@ int dsock_epset_member(int epfd, uint64_t data, int *in_added);
 /* Members of epfd whose socket is hidden readable (and epoll sets nested
  * in it, one level, that hold one), as EPOLLIN events; ONESHOT members are
  * disarmed, EPOLLET ones reported once per arrival.  *wants_kernel: one of
- * them also asked for events only the kernel can tell (EPOLLOUT, ...). */
+ * them needs the kernel's look too (it asked for EPOLLOUT or the like, or
+ * is edge-triggered or one-shot: the kernel's edge must be used up). */
 int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int *wants_kernel);
 void dsock_epset_fork_prepare(void);
 void dsock_epset_fork_parent(void);

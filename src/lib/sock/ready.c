@@ -25,6 +25,7 @@ int64_t dsock_spin_ns = 50000;
 #define CONTENDED_FOR_NS 5000000LL  /* then spin briefly for this long */
 #define COURTESY_NS 20000LL         /* a spinner that keeps finding its data yields this often */
 #define KERNEL_LOOK_NS 1000LL       /* a spinning epoll asks the kernel this often */
+#define SKIP_LOOKS 4                /* ring data found without it, in a row at most */
 #define PURE_SPIN_NS 2000LL         /* and yields on every round after this long */
 
 static __thread long long probe_at, contended_until, courtesy_at;
@@ -172,19 +173,38 @@ static int needs_filter(void)
  * looks per sleep were two of nginx's six epoll_wait calls per request in
  * the web pipeline).  The hidden ones are looked at once: an edge-triggered
  * member's edge is used up by the look. */
-/* The kernel's epoll_wait, remembered as this thread's last look at epfd. */
+/* This thread's last look at the kernel's readiness of an epoll set: which
+ * set, when (ns, 0 unknown), and how many looks at ring data alone since. */
 static __thread int looked_epfd = -1;
 static __thread long long looked_ns;
+static __thread unsigned looks_skipped;
 
-static int kernel_look(int epfd, struct epoll_event *ev, int max, int timeout_ms)
+/* Whether ring data found now may go back without the kernel's events: a
+ * subset of the ready events, as epoll may return, while this thread asked
+ * the kernel about this set less than KERNEL_LOOK_NS ago (a spinning
+ * caller knows the time: now), or skipped it fewer than SKIP_LOOKS times
+ * in a row (a caller that does not: no clock read).  The kernel's epoll_wait
+ * after a find cost a ping-pong round trip ~0.17 us here. */
+static int kernel_look_skippable(int epfd, long long now)
 {
-	int n = dsock_real.epoll_wait(epfd, ev, max, timeout_ms);
+	if (epfd != looked_epfd)
+		return 0;
+	if (now ? now - looked_ns >= KERNEL_LOOK_NS : looks_skipped >= SKIP_LOOKS)
+		return 0;
+	looks_skipped++;
+	return 1;
+}
+
+static int kernel_look(int epfd, struct epoll_event *ev, int max, long long now)
+{
+	int n = dsock_real.epoll_wait(epfd, ev, max, 0);
 	looked_epfd = epfd;
-	looked_ns = mono_ns();
+	looked_ns = now;
+	looks_skipped = 0;
 	return n;
 }
 
-static int epoll_now(int epfd, struct epoll_event *ev, int max, int kernel_anyway)
+static int epoll_now(int epfd, struct epoll_event *ev, int max, int kernel_anyway, long long now)
 {
 	struct epoll_event hid[64];
 	int n, extra = 0, wants_kernel = 0;
@@ -193,16 +213,11 @@ static int epoll_now(int epfd, struct epoll_event *ev, int max, int kernel_anywa
 		extra = dsock_epset_hidden(epfd, hid, max < 64 ? max : 64, &wants_kernel);
 	if (!extra && !kernel_anyway)
 		return 0;
-	if (extra && !kernel_anyway && !wants_kernel && epfd == looked_epfd &&
-	    mono_ns() - looked_ns < KERNEL_LOOK_NS) {
-		/* ring data only, the kernel asked a moment ago: a subset of the
-		 * ready events, as epoll may return; the kernel's come at the
-		 * next look (its epoll_wait after the find cost a ping-pong
-		 * round trip ~0.17 us here) */
+	if (extra && !kernel_anyway && !wants_kernel && kernel_look_skippable(epfd, now)) {
 		memcpy(ev, hid, (size_t)extra * sizeof(*ev));
 		return extra;
 	}
-	n = kernel_look(epfd, ev, max, 0);
+	n = kernel_look(epfd, ev, max, now);
 	if (n < 0)
 		return -errno;
 	if (needs_filter())
@@ -226,7 +241,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	int blocking = kind == DSOCK_EPW_PWAIT2 ? !t || t->tv_sec || t->tv_nsec : timeout_ms != 0;
 
 	if (max > 0 && atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0 &&
-	    ((n = epoll_now(epfd, ev, max, !blocking)) != 0 || !blocking))
+	    ((n = epoll_now(epfd, ev, max, !blocking, 0)) != 0 || !blocking))
 		return n;
 	/* With fast-path connections, poll the kernel's readiness (and the
 	 * rings of lingering receivers) for a moment before sleeping: a token
@@ -247,7 +262,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			int kernel = tn >= kernel_at;
 			if (kernel)
 				kernel_at = tn + KERNEL_LOOK_NS;
-			if ((n = epoll_now(epfd, ev, max, kernel)) != 0) {
+			if ((n = epoll_now(epfd, ev, max, kernel, tn)) != 0) {
 				if (spins)
 					dsock_spin_outcome(1);
 				return n;
@@ -269,7 +284,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		/* about to sleep: end the leases, then look once more */
 		atomic_fetch_add(&dsock_sleepers, 1);
 		dsock_transports_before_sleep();
-		if ((n = epoll_now(epfd, ev, max, 0)) != 0) {
+		if ((n = epoll_now(epfd, ev, max, 0, 0)) != 0) {
 			atomic_fetch_sub(&dsock_sleepers, 1);
 			return n;
 		}

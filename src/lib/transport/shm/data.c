@@ -1220,7 +1220,7 @@ ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 	struct shm_conn *c;
 	size_t total = iov_total(m), got = 0;
 	int peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek;
-	int err = 0, eof = 0, nb = -1, spun = 0;
+	int err = 0, eof = 0, nb = -1, spun = 0, leased = 0;
 	int64_t spin_end = 0, spin_start = 0, next_check = -1;
 
 	c = shm_conn(s);
@@ -1273,7 +1273,10 @@ again:
 			shm_unlock(&c->rx->rx_lock);
 			goto again;
 		}
-		hot(c, shm_now_ns() + SPIN_NS);
+		/* the lease: before waiting (or reading the kernel), not for data
+		 * already there (rx_leave's lease follows the read anyway) */
+		if (leased || !__atomic_load_n(&c->me->rx_switched, __ATOMIC_RELAXED))
+			hot(c, shm_now_ns() + SPIN_NS);
 		if (!__atomic_load_n(&c->me->rx_switched, __ATOMIC_SEQ_CST)) {
 			ssize_t r = total ? shm_rx_kernel(c, fd, m, got, total - got, flags) : -EAGAIN;
 			if (r > 0) {
@@ -1319,6 +1322,10 @@ again:
 		}
 		if (got && !waitall)
 			break;
+		if (!leased) {
+			leased = 1; /* published, then the ring looked at again */
+			continue;
+		}
 		/* nothing now: has the peer finished, or failed?  Asked of the
 		 * kernel when a token is there, when the peer says it is closing,
 		 * at once for a nonblocking call (it returns now), else every
