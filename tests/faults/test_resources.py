@@ -27,7 +27,7 @@
      store buffer as the consumer looks) lasts nanoseconds: no test forces
      it; this one runs the path 20 times.
   8. a connection whose consumer is asleep at nearly every write goes back
-     to the kernel (opt-in, DSOCK_ASLEEP_WRITES=1024): a request every 1 ms
+     to the kernel (opt-in, DSOCK_ASLEEP_READS=1024): a request every 1 ms
      to an echo that sleeps between them, 1,500 round trips byte-exact,
      both ends back on the kernel (the library's exit report) and `dsock
      stat` showing consumer-asleep while the connection is open; a
@@ -315,15 +315,15 @@ try:
           r.stdout.split() == ["exact", "400000"] and rings >= 1, (r.stdout, r.stderr[-400:], rings))
     check("7. ... the leases became skippable and their ends made the barrier (%d)" % barriers,
           barriers >= 5, barriers)
-    r2, _, _ = run(BURSTS, extra_env={"DSOCK_ASLEEP_WRITES": "1024"})
-    check("7. ... and with DSOCK_ASLEEP_WRITES=1024 the stream stays on the rings (its consumer sleeps "
+    r2, _, _ = run(BURSTS, extra_env={"DSOCK_ASLEEP_READS": "1024"})
+    check("7. ... and with DSOCK_ASLEEP_READS=1024 the stream stays on the rings (its consumer sleeps "
           "once per burst)", r2.stdout.split() == ["exact", "400000"] and went_back == 0, (r2.stdout, went_back))
 
-    r, rings, _ = run(ASLEEP, 0.001, 1500, DSOCK, extra_env={"DSOCK_ASLEEP_WRITES": "1024"})
+    r, rings, _ = run(ASLEEP, 0.001, 1500, DSOCK, extra_env={"DSOCK_ASLEEP_READS": "1024"})
     check("8. an echo asleep at every request: 1,500 round trips byte-exact, both ends back on the kernel",
           r.stdout.split() == ["exact", "asleep-shown"] and rings >= 2 and went_back >= 2,
           (r.stdout, r.stderr[-400:], rings, went_back))
-    r, rings, _ = run(ASLEEP, 0, 20000, DSOCK, extra_env={"DSOCK_ASLEEP_WRITES": "1024"})
+    r, rings, _ = run(ASLEEP, 0, 20000, DSOCK, extra_env={"DSOCK_ASLEEP_READS": "1024"})
     check("8. ... a ping-pong whose consumers poll stays on the rings (20,000 round trips)",
           r.stdout.split() == ["exact", "not-shown"] and rings >= 2 and went_back == 0,
           (r.stdout, r.stderr[-400:], rings, went_back))

@@ -42,15 +42,14 @@ watched() {
 }
 
 # "asleep" (SOAK_ASLEEP=1; not in the default run: see below): every
-# connection whose consumer is asleep at a write goes back to the kernel
-# mid-stream (DSOCK_ASLEEP_WRITES=1, opt-in), with bytes in flight.  Open:
-# about one such run in three stalls a stream handed to a fork helper.
+# connection goes back to the kernel at its first ring read, as one whose
+# consumers sleep does (DSOCK_TEST_DOWN_READS=1), with bytes in flight.
 for mode in native dsock $([ "${SOAK_ASLEEP:-0}" = 1 ] && echo asleep); do
 	rm -f "$TMP/report"
 	if [ $mode = native ]; then
 		watched $((SECS + 60)) "$SOAK" -s "$SECS" -r "$SEED" "$@"
 	else
-		DSOCK_FASTPATH_REPORT="$TMP/report" DSOCK_ASLEEP_WRITES=$([ $mode = asleep ] && echo 1 || echo 0) \
+		DSOCK_FASTPATH_REPORT="$TMP/report" DSOCK_TEST_DOWN_READS=$([ $mode = asleep ] && echo 1 || echo 0) \
 			watched $((SECS + 60)) "$BUILD/bin/dsock" run -- "$SOAK" -s "$SECS" -r "$SEED" "$@"
 	fi
 	r=$?

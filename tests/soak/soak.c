@@ -297,6 +297,10 @@ static void fork_helper(int i)
 		for (;;) {
 			struct pollfd p = { c.fd, (short)((c.eof ? 0 : POLLIN) | (want_out(&c) ? POLLOUT : 0)), 0 };
 			if (poll(&p, 1, 10000) <= 0) {
+				if (getenv("SOAK_HOLD")) {
+					fprintf(stderr, "soak helper: pid %d (fd %d) holds for 300 s\n", (int)getpid(), c.fd);
+					sleep(300);
+				}
 				report_stuck(&c, p.events, " helper");
 				fail(&c, "helper: no progress for 10 s", c.rx);
 				_exit(1);

@@ -16,6 +16,7 @@
 _Atomic long dsock_hidden_readable;
 _Atomic long dsock_fastpath_conns;
 _Atomic int dsock_sleepers;
+__thread unsigned dsock_sleep_gen;
 
 /* How long a poller or a receiver polls before it sleeps (DSOCK_SPIN_US). */
 int64_t dsock_spin_ns = 50000;
@@ -54,7 +55,7 @@ void dsock_spin_outcome(int found)
 	spin_score += ((found ? SCORE_ONE : 0) - spin_score) >> SCORE_SHIFT;
 }
 
-static long long mono_ns(void)
+long long dsock_mono_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -64,7 +65,7 @@ static long long mono_ns(void)
 int dsock_spin_yield(long long now_ns)
 {
 	sched_yield();
-	if (mono_ns() - now_ns <= YIELD_BUSY_NS) {
+	if (dsock_mono_ns() - now_ns <= YIELD_BUSY_NS) {
 		busy_yields = 0;
 		return 0;
 	}
@@ -250,7 +251,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	 * semantic stays its own. */
 	int fast = max > 0 && atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) > 0;
 	if (blocking && fast) {
-		long long t0 = mono_ns(), tn = t0, kernel_at = t0;
+		long long t0 = dsock_mono_ns(), tn = t0, kernel_at = t0;
 		long long budget = dsock_spin_ns && !dsock_spin_contended(t0) ? dsock_spin_ns : -1;
 		int spins = 0;
 		/* (no spin: the look after the settle below is the only one).
@@ -269,7 +270,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			}
 			if (!spins && !dsock_spin_worth())
 				break;
-			tn = mono_ns();
+			tn = dsock_mono_ns();
 			if (timeout_ms > 0 && tn - t0 >= timeout_ms * 1000000LL)
 				break;
 			/* more runnable threads than cores: let them run, and
@@ -290,9 +291,10 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		}
 	}
 	/* the deadline, in ns (-1: none) */
-	long long deadline = kind == DSOCK_EPW_PWAIT2 ? (t ? mono_ns() + t->tv_sec * 1000000000LL + t->tv_nsec : -1)
-						     : timeout_ms < 0 ? -1 : mono_ns() + timeout_ms * 1000000LL;
+	long long deadline = kind == DSOCK_EPW_PWAIT2 ? (t ? dsock_mono_ns() + t->tv_sec * 1000000000LL + t->tv_nsec : -1)
+						     : timeout_ms < 0 ? -1 : dsock_mono_ns() + timeout_ms * 1000000LL;
 	struct timespec left_ts;
+	long long wait_start = blocking && fast ? dsock_mono_ns() : 0;
 	for (;;) {
 		if (kind == DSOCK_EPW_PWAIT2)
 			n = dsock_real.epoll_pwait2(epfd, ev, max, t, m);
@@ -309,7 +311,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		/* all spurious: wait again for what is left of the timeout (a
 		 * peer sending tokens without data must not keep us forever) */
 		if (deadline >= 0) {
-			long long rest = deadline - mono_ns();
+			long long rest = deadline - dsock_mono_ns();
 			if (rest <= 0)
 				break;
 			timeout_ms = (int)((rest + 999999) / 1000000);
@@ -319,8 +321,10 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		}
 	}
 	int e = errno;
-	if (blocking && fast)
+	if (blocking && fast) {
 		atomic_fetch_sub(&dsock_sleepers, 1);
+		dsock_wait_end(wait_start);
+	}
 	return n < 0 ? -e : n;
 }
 
@@ -397,6 +401,7 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 		if (left < 0 && end != INT64_MAX)
 			left = 0; /* past the deadline: -1 would wait forever (the ring
 				   * fuzzer's timeout caught a poll(0) that did) */
+		long long wait_start = sleeping && left ? dsock_mono_ns() : 0;
 		if (is_ppoll) {
 			struct timespec ts = { left / 1000, (left % 1000) * 1000000 };
 			r = dsock_real.ppoll(k, n, left < 0 ? NULL : &ts, m);
@@ -404,8 +409,11 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 			r = dsock_real.poll(k, n, (int)left);
 		}
 		e = errno;
-		if (sleeping)
+		if (sleeping) {
 			atomic_fetch_sub(&dsock_sleepers, 1);
+			if (left)
+				dsock_wait_end(wait_start);
+		}
 		if (r < 0)
 			return -e;
 		for (nfds_t i = 0; i < n; i++) {

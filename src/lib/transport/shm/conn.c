@@ -284,13 +284,12 @@ int shm_offer_calls = 4;
 #define OFFER_BYTES 65536 /* ... or once this much moved */
 
 /* Connections to one service go back to the kernel once their consumers
- * were found asleep at this many more messages than 8 in 9
- * (DSOCK_ASLEEP_WRITES; 0: never, the default: a producer cannot tell a
- * consumer asleep in the kernel from one that polls many rings in
- * epoll_wait, whose lease on each has run out: bench/conns.c scale with
- * 100 connections fell from 376 k to 114 k round trips/s at 1,024;
- * data.c, note_wakeup). */
-unsigned shm_asleep_writes = 0;
+ * were found asleep before this many more reads than 8 in 9
+ * (DSOCK_ASLEEP_READS; 0: never; data.c, note_read).  1,024: redis-benchmark
+ * with 1 client went back in 2 of 3 runs at 128 under the producer-side
+ * rule this replaced (its server sleeps at first), 0 of 11 at 1,024. */
+unsigned shm_asleep_reads = 1024;
+unsigned shm_test_down_reads = 0;
 
 /* A setting from lo to hi (unit: for the warning) into *v: 1 if set and
  * good; a bad one is warned of and ignored. */
@@ -322,8 +321,10 @@ int dsock_shm_init(void)
 		dsock_spin_ns = v * 1000;
 	if (env_num("DSOCK_OFFER_CALLS", 1, 1000000, "a count", &v))
 		shm_offer_calls = (int)v;
-	if (env_num("DSOCK_ASLEEP_WRITES", 0, 1000000000, "a count", &v))
-		shm_asleep_writes = (unsigned)v;
+	if (env_num("DSOCK_ASLEEP_READS", 0, 1000000000, "a count", &v))
+		shm_asleep_reads = (unsigned)v;
+	if (env_num("DSOCK_TEST_DOWN_READS", 0, 1000000000, "a count", &v))
+		shm_test_down_reads = (unsigned)v;
 
 	if (on && !strcmp(on, "0"))
 		return 0; /* DSOCK_FASTPATH=0: every connection stays on the kernel */

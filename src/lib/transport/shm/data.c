@@ -394,53 +394,54 @@ static void send_token(struct shm_conn *c, int fd)
  * trigger reports each arrival, as the kernel does; a polling consumer
  * costs nothing, a sleeping one about what a kernel send would.  Returns
  * 0, or the time if it sent a token (the consumer was not polling). */
-static int64_t ring_doorbell(struct shm_conn *c, int fd)
+static void ring_doorbell(struct shm_conn *c, int fd)
 {
-	int64_t hu = (int64_t)__atomic_load_n(&c->tx->hot_until, __ATOMIC_RELAXED), now;
+	int64_t hu = (int64_t)__atomic_load_n(&c->tx->hot_until, __ATOMIC_RELAXED);
 
 	/* a skippable lease (above): no fence, and the coarse clock (a lease
 	 * that ended unseen, its consumer gone to a poller we do not see, is
 	 * noticed up to a tick late: its next token comes that much later) */
 	if ((hu & 1) && shm_membarrier_ok && hu > shm_coarse_ns())
-		return 0;
+		return;
 	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* orders tail before hot_until */
-	now = shm_now_ns();
-	if ((int64_t)__atomic_load_n(&c->tx->hot_until, __ATOMIC_RELAXED) > now)
-		return 0;
+	if ((int64_t)__atomic_load_n(&c->tx->hot_until, __ATOMIC_RELAXED) > shm_now_ns())
+		return;
 	send_token(c, fd);
-	return now;
 }
 
-/* Consumers asleep at nearly every message (tx lock held).  Then each
- * message costs a kernel send (its token) and a drain on top of the ring,
- * and the wake-up (~35 us here) dominates anyway: the kernel alone is
- * cheaper.  A small write that needed a token (tokened: its time) and
- * came ASLEEP_GAP_NS or more after our last token scores 1; a write that
- * needed none takes 8 off (so the score climbs only while more than 8 in
- * 9 messages find the consumer asleep); a token close behind another
- * counts for nothing: a stream whose consumer is still waking up (or
- * waiting for a CPU the producer holds) sends one per write for a while,
- * and then polls (sockperf's 14 B stream: half its first 65,536 writes
- * tokened, none of the next million).  Large writes never count: there
- * the token is a small part of the cost.
+/* Consumers asleep at nearly every message.  Then each message costs a
+ * token (a kernel send) and its drain on top of the ring, the wake-up
+ * (~35 us here) dominates anyway, and the spin before each sleep takes CPU
+ * that the other processes of a pipeline wait for: the kernel alone is
+ * cheaper.  The consumer tells (note_read, rx lock held): a small read
+ * (under ASLEEP_SMALL) that is this thread's first ring read since one of
+ * its waits slept in the kernel (dsock_sleep_gen) scores 1; a read with no
+ * sleep before it takes 8 off (so the score climbs only while more than 8
+ * in 9 reads follow a sleep); a large read after a sleep counts for
+ * nothing (there the wake-up is a small part of the cost).  The producer
+ * cannot tell: an epoll loop polling 100 rings lets each ring's lease run
+ * out, and every message to it takes a token, as for a consumer asleep
+ * (a producer-side rule sent bench/conns.c's 100 connections from 376 k
+ * to 114 k round trips/s); that loop never sleeps.
  *
  * The score is the service's (shm_asleep_score, per port we connected to
  * or accepted on), not the connection's: a server's many connections, and
  * the ones a proxy opens and closes all the time (nginx renews its
  * upstream connections every 1,000 requests), add up to one verdict, and
  * a new connection to a service whose consumers sleep goes back at its
- * first such message.  A connection adds its part when it sends a token
- * (no shared write on the path that sends none) and at its release.  At
- * shm_asleep_writes this side asks both directions back onto the kernel
+ * first such read.  A connection adds its part at each read after a sleep
+ * (no shared write on the path that did not sleep) and at its release.  At
+ * shm_asleep_reads this side asks both directions back onto the kernel
  * (down.c), for good. */
 #define ASLEEP_SMALL 4096
-#define ASLEEP_GAP_NS 20000
+#define ASLEEP_FLUSH 256 /* a read without a sleep adds its -8s at this many */
 _Atomic int32_t shm_asleep_score[SHM_ASLEEP_SLOTS];
+static __thread unsigned seen_sleep_gen; /* this thread's sleeps a read took */
 
 int32_t shm_asleep_flush(struct shm_conn *c)
 {
 	_Atomic int32_t *w = &shm_asleep_score[c->service % SHM_ASLEEP_SLOTS];
-	int32_t top = shm_asleep_writes > (1u << 29) ? 1 << 30 : (int32_t)shm_asleep_writes * 2;
+	int32_t top = shm_asleep_reads > (1u << 29) ? 1 << 30 : (int32_t)shm_asleep_reads * 2;
 
 	if (!c->asleep_delta)
 		return atomic_load_explicit(w, memory_order_relaxed);
@@ -453,26 +454,39 @@ int32_t shm_asleep_flush(struct shm_conn *c)
 	return v;
 }
 
-static void note_wakeup(struct shm_conn *c, size_t n, int64_t tokened)
+/* Asks for the kernel (rx lock held). */
+static void ask_down(struct shm_conn *c, const char *why)
 {
-	if (!shm_asleep_writes)
-		return;
-	if (!tokened) {
-		if (c->asleep_delta > -(1 << 20))
-			c->asleep_delta -= 8;
-		return;
-	}
-	int64_t gap = tokened - c->last_token_ns;
-	c->last_token_ns = tokened;
-	if (n < ASLEEP_SMALL && gap >= ASLEEP_GAP_NS)
-		c->asleep_delta++;
-	if (shm_asleep_flush(c) < (int32_t)shm_asleep_writes ||
-	    __atomic_load_n(&c->me->closing, __ATOMIC_RELAXED) || shm_shared(c))
-		return;
 	uint32_t none = 0;
+
+	if (__atomic_load_n(&c->me->closing, __ATOMIC_RELAXED) || shm_shared(c))
+		return;
 	if (__atomic_compare_exchange_n(&c->me->down_req, &none, DSOCK_DOWN_ASLEEP, 0, __ATOMIC_SEQ_CST,
 					__ATOMIC_RELAXED))
-		DSOCK_DBG("consumers of port %u found asleep: asking for the kernel", c->service);
+		DSOCK_DBG("port %u: %s: asking for the kernel", c->service, why);
+}
+
+static void note_read(struct shm_conn *c, size_t n)
+{
+	if (shm_test_down_reads && ++c->test_reads >= shm_test_down_reads)
+		ask_down(c, "DSOCK_TEST_DOWN_READS");
+	if (!shm_asleep_reads)
+		return;
+	if (seen_sleep_gen == dsock_sleep_gen) {
+		/* added now and then, not only at the next sleep: a service's
+		 * many connections would each hold theirs back while the ones
+		 * that slept add up (bench/conns.c, 100 connections: 675 of the
+		 * server's first 900 reads came after a sleep, next to none of
+		 * the following million; the early ones alone reached 1,024) */
+		if ((c->asleep_delta -= 8) <= -ASLEEP_FLUSH)
+			shm_asleep_flush(c);
+		return;
+	}
+	seen_sleep_gen = dsock_sleep_gen;
+	if (n < ASLEEP_SMALL)
+		c->asleep_delta++;
+	if (shm_asleep_flush(c) >= (int32_t)shm_asleep_reads)
+		ask_down(c, "its consumers found asleep");
 }
 
 /* Moves our sending from the kernel to the ring (tx lock held, connection
@@ -556,11 +570,18 @@ static void space_freed(struct shm_conn *c, int fd)
 		if (!(w & DSOCK_TXW_POLL))
 			return;
 		/* a token on our kernel stream is only a token once our own
-		 * sending has switched; switch it now if need be */
+		 * sending has switched; switch it now if need be, also when a
+		 * side asks to go back (switch_tx_locked's "stay there"): else
+		 * the poller waits for a token that never comes (the soak's
+		 * stall: a fork helper's echo in poll for POLLIN alone, its
+		 * ring empty, our sending unswitched and asked back to the
+		 * kernel).  Refused only with our own bytes unsent in the
+		 * kernel (they wake the peer's poll) or after our FIN (so does
+		 * the FIN) */
 		if (__atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE) {
 			if (shm_tx_lock(c))
 				return;
-			int e = switch_tx_locked(c, fd, 0);
+			int e = switch_tx_locked(c, fd, 1);
 			shm_tx_unlock(c);
 			if (e)
 				return;
@@ -953,7 +974,7 @@ static void publish(struct shm_conn *c, int fd, uint64_t tail, size_t n)
 	c->tx_tail = tail;
 	c->tx_tail_ok = 1;
 	count_ring_use(c);
-	note_wakeup(c, n, ring_doorbell(c, fd));
+	ring_doorbell(c, fd);
 	uint32_t cpu = (uint32_t)sched_getcpu() + 1;
 	if (__atomic_load_n(&c->me->cpu, __ATOMIC_RELAXED) != cpu)
 		__atomic_store_n(&c->me->cpu, cpu, __ATOMIC_RELAXED);
@@ -1266,11 +1287,15 @@ again:
 		if (atomic_load(&c->kfd) >= 0)
 			fd = atomic_load(&c->kfd);
 		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
-			/* the ring is closed for good: what it held comes by the kernel */
-			if (got)
+			/* the ring is closed for good: what it held comes by the
+			 * kernel (the rest of a MSG_WAITALL too: a short count here
+			 * was tcp4/msg_waitall's "recv waitall 3000 = 2000") */
+			if (got && !waitall)
 				break;
 			hot(c, 0);
 			shm_unlock(&c->rx->rx_lock);
+			if (got)
+				return shm_recv_down_rest(s, fd, m, got, flags);
 			goto again;
 		}
 		/* the lease: before waiting (or reading the kernel), not for data
@@ -1311,6 +1336,8 @@ again:
 			got += n;
 			count_ring_use(c);
 			c->rx_reads++;
+			if (!peek)
+				note_read(c, n);
 			if (!peek) {
 				/* release: we are done reading before the space is reused */
 				__atomic_store_n(&c->rx->head, head + n, __ATOMIC_RELEASE);
@@ -1366,12 +1393,18 @@ again:
 				continue;
 		}
 		if (shm_down_asked(c)) {
-			/* answered before any sleep: its token is gone */
-			if (got)
+			/* answered before any sleep: its token is gone (mid
+			 * MSG_WAITALL too: the peer may wait for the answer before
+			 * it sends the rest) */
+			if (got && !waitall)
 				break;
 			hot(c, 0);
 			shm_unlock(&c->rx->rx_lock);
-			goto again;
+			if (!got)
+				goto again;
+			if (shm_down_step(s, fd) < 0 || shm_lock(&c->rx->rx_lock))
+				return (ssize_t)got;
+			continue;
 		}
 		if (nb) {
 			err = -EAGAIN;
@@ -1420,10 +1453,12 @@ again:
 		}
 		shm_unlock(&c->rx->rx_lock);
 		char t;
+		int64_t wait_start = shm_now_ns();
 		ssize_t r = dsock_real.recv(fd, &t, 1, MSG_PEEK);
 		next_check = 0;
 		int e = errno;
 		atomic_fetch_sub(&dsock_sleepers, 1);
+		dsock_wait_end(wait_start);
 		if (!got && shm_down_any(c) && !(r < 0 && (e == EAGAIN || e == EINTR)))
 			goto again; /* a side asks to go back to the kernel */
 		if (shm_lock(&c->rx->rx_lock))

@@ -379,6 +379,29 @@ ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 	}
 }
 
+ssize_t shm_recv_down_rest(struct dsock_sock *s, int fd, struct msghdr *m, size_t got, int flags)
+{
+	size_t off = got;
+
+	for (size_t i = 0; i < m->msg_iovlen; i++, off = 0) {
+		size_t len = m->msg_iov[i].iov_len;
+		if (off >= len) {
+			off -= len;
+			continue;
+		}
+		while (off < len) {
+			struct iovec v = { (char *)m->msg_iov[i].iov_base + off, len - off };
+			struct msghdr one = { .msg_iov = &v, .msg_iovlen = 1 };
+			ssize_t r = shm_recv_down(s, fd, &one, flags);
+			if (r <= 0)
+				return (ssize_t)got; /* EOF, error, timeout, signal */
+			got += (size_t)r;
+			off += (size_t)r;
+		}
+	}
+	return (ssize_t)got;
+}
+
 long shm_readable_down(struct shm_conn *c, int fd)
 {
 	uint64_t sw, dn, kr;

@@ -54,11 +54,11 @@ struct shm_conn {
 	int tx_biased;       /* the tx lock's holder entered by its bias */
 	int fast_counted;    /* counted in dsock_fastpath_conns (conn.c) */
 	int32_t asleep_delta; /* our part of the service's asleep score not
-			       * yet added to it (tx lock held; data.c,
-			       * note_wakeup) */
+			       * yet added to it (rx lock held; data.c,
+			       * note_read) */
+	uint32_t test_reads;  /* ring reads, for DSOCK_TEST_DOWN_READS */
 	uint16_t service;    /* the service port: the peer's if we connected,
 			      * ours if we accepted (0: unknown) */
-	int64_t last_token_ns; /* when we sent our last data token */
 	uint32_t nr;         /* this connection's number in this process */
 	uint32_t rx_reads;   /* ring reads since we last ended a lease */
 	int lease_skippable; /* the lease we published last has bit 0 (our
@@ -107,9 +107,13 @@ static inline struct shm_conn *shm_conn(struct dsock_sock *s)
 
 /* conn.c */
 extern int shm_offer_calls; /* DSOCK_OFFER_CALLS */
-extern unsigned shm_asleep_writes; /* DSOCK_ASLEEP_WRITES */
+extern unsigned shm_asleep_reads; /* DSOCK_ASLEEP_READS */
+/* For tests: every connection asks to go back to the kernel at its Nth
+ * ring read, as one whose consumers sleep (DSOCK_TEST_DOWN_READS; 0 never):
+ * the move then happens mid-stream in every test that reads a ring. */
+extern unsigned shm_test_down_reads;
 /* The asleep score of this process's connections per service port (a
- * slot per port modulo its size; data.c, note_wakeup). */
+ * slot per port modulo its size; data.c, note_read). */
 #define SHM_ASLEEP_SLOTS 1024
 extern _Atomic int32_t shm_asleep_score[SHM_ASLEEP_SLOTS];
 /* Adds c's part to its service's score; returns the score. */
@@ -263,6 +267,11 @@ int shm_down_answer(struct dsock_sock *s, int fd);
 int shm_handover(struct dsock_sock *s, int fd);
 /* Receiving once the peer's sending is back on the kernel. */
 ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
+/* The rest of a MSG_WAITALL receive that had read got bytes (no lock
+ * held): element by element of m's iovec, as plain receives.  Returns got
+ * plus what came; short only on EOF, an error, a timeout or a signal, as
+ * the kernel's. */
+ssize_t shm_recv_down_rest(struct dsock_sock *s, int fd, struct msghdr *m, size_t got, int flags);
 /* Readable bytes then (FIONREAD), and whether a kernel-readable socket
  * holds only tokens (our pollers' filter). */
 long shm_readable_down(struct shm_conn *c, int fd);
