@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The integrity soak natively and under dsock (and, with SOAK_ASLEEP=1,
-# under dsock with every connection whose consumer sleeps going back to
-# the kernel mid-stream), SECONDS each (default 15, the CI run; a long
-# run: tests/soak/run.sh build 600).  All must end with zero errors; under
+# The integrity soak natively, under dsock, and under dsock with every
+# connection going back to the kernel mid-stream (SOAK_ASLEEP=0 leaves that
+# out), SECONDS each (default 15, the CI run; a long run:
+# tests/soak/run.sh build 600).  All must end with zero errors; under
 # dsock the streams must really have used the rings (and gone back).
 # Usage: tests/soak/run.sh [BUILD_DIR] [SECONDS] [extra soak options]
 set -u
@@ -41,10 +41,11 @@ watched() {
 	wait $pid
 }
 
-# "asleep" (SOAK_ASLEEP=1; not in the default run: see below): every
-# connection goes back to the kernel at its first ring read, as one whose
-# consumers sleep does (DSOCK_TEST_DOWN_READS=1), with bytes in flight.
-for mode in native dsock $([ "${SOAK_ASLEEP:-0}" = 1 ] && echo asleep); do
+# "asleep": every connection goes back to the kernel at its first ring
+# read, as one whose consumers sleep does (DSOCK_TEST_DOWN_READS=1), with
+# bytes in flight.  (Out of the default run until session 14: about one
+# such run in three stalled on a lost space token, now fixed.)
+for mode in native dsock $([ "${SOAK_ASLEEP:-1}" = 1 ] && echo asleep); do
 	rm -f "$TMP/report"
 	if [ $mode = native ]; then
 		watched $((SECS + 60)) "$SOAK" -s "$SECS" -r "$SEED" "$@"
