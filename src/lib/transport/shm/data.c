@@ -763,7 +763,7 @@ static int rx_leave(struct shm_conn *c, int fd)
 	if (c->fork_gen == dsock_shm_fork_gen && !c->wr_shut &&
 	    !__atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE)) {
 		uint64_t head;
-		int64_t now = shm_now_ns();
+		int64_t now = shm_lease_now_ns();
 		/* DSOCK_LEASE_US while this thread has its core (an event loop
 		 * that serves many connections comes back to each later than
 		 * 50 us); at most 50 us when more threads are runnable than

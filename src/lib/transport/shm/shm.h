@@ -187,6 +187,7 @@ int shm_hidden_readable(struct dsock_sock *s);
 
 int64_t shm_now_ns(void);
 int64_t shm_coarse_ns(void); /* CLOCK_MONOTONIC at the last tick (conn.c) */
+int64_t shm_lease_now_ns(void); /* CLOCK_MONOTONIC by the TSC, ~1 us (conn.c) */
 /* How long a consumer that left recv keeps its lease (DSOCK_LEASE_US). */
 extern int64_t shm_lease_ns;
 /* Lock words in shared memory (tid-tagged; a dead holder's lock is taken
