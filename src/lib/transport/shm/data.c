@@ -1272,8 +1272,14 @@ again:
 		int d = shm_down_step(s, fd);
 		if (d < 0)
 			return d;
-		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
-			return shm_recv_down(s, fd, m, flags); /* (nothing read yet here) */
+		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
+			/* (nothing read yet here); MSG_WAITALL goes on past the
+			 * peer's switch offset, where shm_recv_down stops short */
+			ssize_t r = shm_recv_down(s, fd, m, flags);
+			if (waitall && r > 0 && (size_t)r < total)
+				return shm_recv_down_rest(s, fd, m, (size_t)r, flags);
+			return r;
+		}
 	}
 	if (shm_lock(&c->rx->rx_lock))
 		return shm_fault(s, fd, "lock held forever");

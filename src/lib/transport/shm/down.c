@@ -347,8 +347,9 @@ ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 		m->msg_flags = 0;
 		peer_offsets(c, &sw, &dn, &kr);
 		if (kr < sw) {
-			/* data the peer sent before its switch (a short count for
-			 * MSG_WAITALL at this one boundary) */
+			/* data the peer sent before its switch (a short count at
+			 * this one boundary: a MSG_WAITALL caller goes on with
+			 * shm_recv_down_rest) */
 			size_t total = 0;
 			for (size_t i = 0; i < m->msg_iovlen; i++)
 				total += m->msg_iov[i].iov_len;
