@@ -385,7 +385,11 @@ static void op_scribble(struct world *w, struct script *s, int wide)
 		v |= (uint64_t)take(s, 4) << 32;
 	off &= wide ? ~7u : ~3u;
 	/* a lock word held by another living thread is bounded by a long spin
-	 * (tested in the fault tests); here a holder is dead or invalid */
+	 * (tested in the fault tests); here a holder is dead or invalid: a
+	 * thread id no thread has (bit 30: ids are below 2^22), or a bias to
+	 * one (bit 31, DSOCK_LOCK_BIAS: the revocation path), as the script
+	 * says */
+	unsigned mark = take(s, 1) & 1 ? DSOCK_LOCK_BIAS : 0x40000000u;
 	uint32_t *lk[] = { &w->h->ring[0].tx_lock, &w->h->ring[0].rx_lock, &w->h->ring[1].tx_lock,
 			   &w->h->ring[1].rx_lock };
 	if (wide)
@@ -394,7 +398,7 @@ static void op_scribble(struct world *w, struct script *s, int wide)
 		memcpy((char *)w->h + off, &(uint32_t){ (uint32_t)v }, 4);
 	for (int i = 0; i < 4; i++)
 		if (*lk[i] && *lk[i] != (uint32_t)syscall(SYS_gettid))
-			*lk[i] |= 0x80000000u;
+			*lk[i] |= mark;
 	w->broken = 1;
 	TRACE("peer scribbles");
 }

@@ -384,10 +384,10 @@ ssize_t shm_recv_down_rest(struct dsock_sock *s, int fd, struct msghdr *m, size_
 {
 	size_t off = got;
 
-	for (size_t i = 0; i < m->msg_iovlen; i++, off = 0) {
+	for (size_t i = 0; i < m->msg_iovlen; i++) {
 		size_t len = m->msg_iov[i].iov_len;
 		if (off >= len) {
-			off -= len;
+			off -= len; /* filled already */
 			continue;
 		}
 		while (off < len) {
@@ -399,6 +399,7 @@ ssize_t shm_recv_down_rest(struct dsock_sock *s, int fd, struct msghdr *m, size_
 			got += (size_t)r;
 			off += (size_t)r;
 		}
+		off = 0;
 	}
 	return (ssize_t)got;
 }
