@@ -392,8 +392,7 @@ static void send_token(struct shm_conn *c, int fd)
 /* After publishing data: wake the consumer unless it is polling the ring.
  * Every write gets its token then (not only the first): epoll's edge
  * trigger reports each arrival, as the kernel does; a polling consumer
- * costs nothing, a sleeping one about what a kernel send would.  Returns
- * 0, or the time if it sent a token (the consumer was not polling). */
+ * costs nothing, a sleeping one about what a kernel send would. */
 static void ring_doorbell(struct shm_conn *c, int fd)
 {
 	int64_t hu = (int64_t)__atomic_load_n(&c->tx->hot_until, __ATOMIC_RELAXED);
