@@ -168,12 +168,6 @@ static int needs_filter(void)
 	       atomic_load_explicit(&dsock_epoll_in_added, memory_order_relaxed);
 }
 
-/* The kernel's events now (no waiting), with the hidden ones added.
- * kernel_anyway 0: when nothing hidden is readable, 0 without asking the
- * kernel (a caller that waits in the kernel next hears it there; two such
- * looks per sleep were two of nginx's six epoll_wait calls per request in
- * the web pipeline).  The hidden ones are looked at once: an edge-triggered
- * member's edge is used up by the look. */
 /* This thread's last look at the kernel's readiness of an epoll set: which
  * set, when (ns, 0 unknown), and how many looks at ring data alone since. */
 static __thread int looked_epfd = -1;
@@ -205,6 +199,12 @@ static int kernel_look(int epfd, struct epoll_event *ev, int max, long long now)
 	return n;
 }
 
+/* The kernel's events now (no waiting), with the hidden ones added.
+ * kernel_anyway 0: when nothing hidden is readable, 0 without asking the
+ * kernel (a caller that waits in the kernel next hears it there; two such
+ * looks per sleep were two of nginx's six epoll_wait calls per request in
+ * the web pipeline).  The hidden ones are looked at once: an edge-triggered
+ * member's edge is used up by the look. */
 static int epoll_now(int epfd, struct epoll_event *ev, int max, int kernel_anyway, long long now)
 {
 	struct epoll_event hid[64];
