@@ -63,13 +63,6 @@ static void held_remove(struct shm_conn *c)
 	pthread_mutex_unlock(&held_mu);
 }
 
-int64_t shm_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* The lease clock (rx_leave, at every receive): CLOCK_MONOTONIC
  * extrapolated by the TSC from this thread's last reading, read again
  * once LEASE_ANCHOR_NS have passed.  The precise clock was a quarter of
@@ -369,7 +362,6 @@ int dsock_shm_init(void)
 	const char *on = getenv("DSOCK_FASTPATH");
 	long long v;
 
-	lease_clock_init();
 	if (env_num("DSOCK_LEASE_US", 0, 1000000, "microseconds", &v))
 		shm_lease_ns = v * 1000;
 	if (env_num("DSOCK_SPIN_US", 0, 1000000, "microseconds", &v))
@@ -384,6 +376,7 @@ int dsock_shm_init(void)
 	if (on && !strcmp(on, "0"))
 		return 0; /* DSOCK_FASTPATH=0: every connection stays on the kernel */
 	shm_membarrier_register();
+	lease_clock_init();
 	dsock_ctl_set_result_handler(on_result);
 	return dsock_transport_register(&dsock_shm_transport);
 }

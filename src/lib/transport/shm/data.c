@@ -891,7 +891,7 @@ static int err_is_fatal(int err)
 }
 
 /* ---- send ----------------------------------------------------------------- */
-static int nonblocking(struct dsock_sock *s, int fd, int flags)
+int shm_nonblocking(struct dsock_sock *s, int fd, int flags)
 {
 	if (flags & MSG_DONTWAIT)
 		return 1;
@@ -1079,8 +1079,8 @@ again:
 				sched_yield();
 				goto again;
 			}
-			if (done || nonblocking(s, fd, flags)) {
-				if (!announced && (!done || (dsock_real.fcntl(fd, F_GETFL) & O_NONBLOCK))) {
+			if (done || shm_nonblocking(s, fd, flags)) {
+				if (!announced && (!done || shm_nonblocking(s, fd, 0))) {
 					/* a poller will wait for space: ask for a token, then
 					 * look again (seq_cst both sides): space freed in
 					 * between would otherwise wake nobody.  After a short
@@ -1341,9 +1341,8 @@ again:
 			got += n;
 			count_ring_use(c);
 			c->rx_reads++;
-			if (!peek)
-				note_read(c, n);
 			if (!peek) {
+				note_read(c, n);
 				/* release: we are done reading before the space is reused */
 				__atomic_store_n(&c->rx->head, head + n, __ATOMIC_RELEASE);
 				space_freed(c, fd);
@@ -1367,7 +1366,7 @@ again:
 		 * or by the kernel sleep below */
 		int64_t t_now = shm_now_ns();
 		if (nb < 0)
-			nb = nonblocking(s, fd, flags);
+			nb = shm_nonblocking(s, fd, flags);
 		if (next_check < 0)
 			next_check = nb ? 0 : t_now + KCHECK_NS;
 		if (__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) &&

@@ -370,7 +370,7 @@ ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 		/* nothing readable now: sleep as a plain receive would
 		 * (SO_RCVTIMEO, signals) until the kernel has something */
 		if (nb < 0)
-			nb = (flags & MSG_DONTWAIT) || (dsock_real.fcntl(fd, F_GETFL) & O_NONBLOCK);
+			nb = shm_nonblocking(s, fd, flags);
 		if (nb)
 			return -EAGAIN;
 		char t;

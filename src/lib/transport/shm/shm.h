@@ -20,6 +20,7 @@
 #define DSOCK_SHM_H
 
 #include "common/shm_layout.h"
+#include "lib/sock/ready.h"
 #include "lib/sock/sock.h"
 #include "lib/transport/transport.h"
 
@@ -168,6 +169,10 @@ ssize_t shm_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int fl
  * (the transport's sendmsg_solo). */
 ssize_t shm_sendmsg_solo(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
 ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
+/* 1 if a call with these flags must not block: MSG_DONTWAIT, or
+ * O_NONBLOCK (as set through us while no other process holds or held the
+ * socket, else the kernel's file flags). */
+int shm_nonblocking(struct dsock_sock *s, int fd, int flags);
 int shm_shutdown(struct dsock_sock *s, int fd, int how);
 /* Bytes readable now (ring, or pre-switch kernel data), -errno on fault. */
 long shm_readable(struct dsock_sock *s, int fd);
@@ -185,7 +190,12 @@ int shm_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void 
 /* 1 if our pollers must report fd readable although the kernel may not. */
 int shm_hidden_readable(struct dsock_sock *s);
 
-int64_t shm_now_ns(void);
+/* CLOCK_MONOTONIC in ns (the sock layer's clock: its waits and ours
+ * compare times) */
+static inline int64_t shm_now_ns(void)
+{
+	return dsock_mono_ns();
+}
 int64_t shm_coarse_ns(void); /* CLOCK_MONOTONIC at the last tick (conn.c) */
 int64_t shm_lease_now_ns(void); /* CLOCK_MONOTONIC by the TSC, ~1 us (conn.c) */
 /* How long a consumer that left recv keeps its lease (DSOCK_LEASE_US). */
