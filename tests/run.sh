@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole default test run (about 5 minutes here):
+# The whole default test run (about 8 minutes here):
 #   unit tests, plain, under ASan+UBSan and under TSan (the threaded
 #   fast-path test among them); the export list; the conformance
 #   suite (every scenario natively and under dsock: fast path on, its
@@ -43,16 +43,20 @@ unit() {
 	return $rc
 }
 
+# The warm families (tcp4w, tcp6w) start every scenario on the rings: the
+# step fails when fewer than 90 % of them moved bytes through shared memory
+# (-m; the harness prints "N of M warm tcp scenarios").
 conformance() {
 	mkdir -p "$RUNDIR/fastpath"
-	DSOCK_FASTPATH=1 "$BUILD/tests/conformance" -j 2 -r "$RUNDIR/fastpath" -w "$BUILD/bin/dsock run --" \
+	DSOCK_FASTPATH=1 "$BUILD/tests/conformance" -j 2 -r "$RUNDIR/fastpath" -m 90 -w "$BUILD/bin/dsock run --" \
 		"$BUILD/tests/conf-scen"
 }
 
 # The same with every connection going back to the kernel at its first
 # ring read, as one whose consumers sleep does (DSOCK_TEST_DOWN_READS=1):
 # each scenario's bytes cross that move mid-stream, and enough scenarios
-# must really make it (67-69 of the 69 on the rings do).
+# must really make it (67-69 of the 69 on the rings did before the warm
+# families; with them, 359-363 of the 362-364 on the rings).
 conformance_back() {
 	local out n
 	mkdir -p "$RUNDIR/back"
@@ -61,7 +65,7 @@ conformance_back() {
 	local rc=$?
 	echo "$out"
 	n=$(sed -n 's/.*(in \([0-9]*\) a connection then went back.*/\1/p' <<<"$out")
-	if [ "${n:-0}" -lt 50 ]; then
+	if [ "${n:-0}" -lt 300 ]; then
 		echo "only ${n:-0} scenarios went back to the kernel mid-stream: the step did not test it"
 		return 1
 	fi
@@ -107,7 +111,7 @@ step "conformance (native vs dsock, back to the kernel mid-stream)" conformance_
 step "conformance (native vs dsock, fast path off)" conformance_kernel
 step "conformance harness self-test" harness_selftest
 step "daemon and CLI" daemon_tests
-step "faults: SIGKILL, dsockd restart, hostile peer, namespaces" python3 tests/faults/test_faults.py "$BUILD"
+step "faults: SIGKILL, dsockd restart, hostile peer, namespaces, killed peers" python3 tests/faults/test_faults.py "$BUILD"
 step "resources: EMFILE, mmap failure, memory limit, fork storm" python3 tests/faults/test_resources.py "$BUILD"
 step "hand-over to programs without dsock: exec, SCM_RIGHTS" python3 tests/faults/test_handover.py "$BUILD"
 step "real programs under dsock" tests/apps/run_apps.sh "$BUILD"

@@ -71,10 +71,13 @@ static int check_payload(const struct dsock_msg_hdr *h, size_t plen)
 	}
 	case DSOCK_MSG_MEMFD_REQ:
 		return plen == sizeof(struct dsock_msg_memfd_req) ? 0 : -EBADMSG;
+	case DSOCK_MSG_PEER_REQ:
+		return plen == sizeof(struct dsock_msg_peer_req) ? 0 : -EBADMSG;
 	case DSOCK_MSG_RESULT: {
 		const struct dsock_msg_result *m = p;
-		if (plen != sizeof(*m) || m->result < DSOCK_RES_PAIRED || m->result > DSOCK_RES_MEMFD ||
-		    m->side > 1 || m->reason >= DSOCK_R_MAX)
+		if (plen != sizeof(*m) || m->result < DSOCK_RES_PAIRED || m->result > DSOCK_RES_PEER ||
+		    m->side > 1 || (m->result != DSOCK_RES_PEER && m->reason >= DSOCK_R_MAX) ||
+		    (m->result == DSOCK_RES_PEER && m->reason > 4095))
 			return -EBADMSG;
 		return 0;
 	}

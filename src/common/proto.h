@@ -10,11 +10,12 @@
 #include <stdint.h>
 
 #define DSOCK_PROTO_MAGIC   0x4b435344u /* "DSCK" little-endian */
-#define DSOCK_PROTO_VERSION 5 /* 2: the event ring holds 1,024 slots; 3: the
+#define DSOCK_PROTO_VERSION 6 /* 2: the event ring holds 1,024 slots; 3: the
 			      * connection memory is layout version 5 (the
 			      * daemon writes it: a change there is a change
 			      * here); 4: layout version 6; 5: the reason
-			      * consumer-asleep, and fd -1 in a socket event */
+			      * consumer-asleep, and fd -1 in a socket event;
+			      * 6: PEER_REQ, layout version 7 */
 #define DSOCK_MSG_MAX       4096
 
 enum dsock_msg_type {
@@ -34,7 +35,10 @@ enum dsock_msg_type {
 				   * again (the socket attached), for an exec;
 				   * answered by a RESULT of kind MEMFD */
 	DSOCK_MSG_EVENTS = 12,    /* lib -> d: read my event ring (no payload) */
-	DSOCK_MSG_TYPE_MAX = 12,
+	DSOCK_MSG_PEER_REQ = 13,  /* lib -> d: the other end's kernel socket of
+				   * this paired socket (attached), for a
+				   * hand-over; answered by a RESULT of kind PEER */
+	DSOCK_MSG_TYPE_MAX = 13,
 };
 
 /* Messages that carry exactly one fd (SCM_RIGHTS); every other type
@@ -44,7 +48,8 @@ enum dsock_msg_type {
  * of mail with a memory read instead of a system call. */
 static inline int dsock_msg_has_fd(unsigned type)
 {
-	return type == DSOCK_MSG_HELLO || type == DSOCK_MSG_OFFER || type == DSOCK_MSG_MEMFD_REQ;
+	return type == DSOCK_MSG_HELLO || type == DSOCK_MSG_OFFER || type == DSOCK_MSG_MEMFD_REQ ||
+	       type == DSOCK_MSG_PEER_REQ;
 }
 
 struct dsock_mail_page {
@@ -63,7 +68,13 @@ struct dsock_msg_offer {
 /* HELD: the daemon inspected the offered socket and closed its copy; the
  * answer comes later.  Until then the socket's close must wait: a socket
  * still in flight to the daemon would outlive its close (RST, not FIN). */
-enum dsock_result { DSOCK_RES_PAIRED = 1, DSOCK_RES_KERNEL = 2, DSOCK_RES_HELD = 3, DSOCK_RES_MEMFD = 4 };
+enum dsock_result {
+	DSOCK_RES_PAIRED = 1,
+	DSOCK_RES_KERNEL = 2,
+	DSOCK_RES_HELD = 3,
+	DSOCK_RES_MEMFD = 4,
+	DSOCK_RES_PEER = 5,
+};
 
 /* MEMFD_REQ: the endpoints close their memfd once mapped (an fd per
  * connection would count against the application's fd limit), and the
@@ -76,11 +87,30 @@ struct dsock_msg_memfd_req {
 	uint64_t sock_id;
 };
 
+/* PEER_REQ: a connection handed to a holder without dsock goes back to
+ * the kernel in both directions first, and the peer's direction needs
+ * the peer's kernel socket: what the peer wrote into the ring goes there,
+ * after the bytes the peer's kernel stream already carries.  A peer that
+ * is asleep, computing or stopped cannot do it in time, so the daemon,
+ * where it may (pidfd_getfd: ptrace access to the peer's process), takes
+ * the peer's socket from its process and lends it to the hander, who
+ * moves the peer's direction itself and closes it (down.c, peer_down).
+ * Only a process that sends one of the connection's two sockets (matched
+ * by SO_COOKIE) gets the other, and only when it runs as root or as the
+ * peer process's user.  The request may come on a connection of its own
+ * with no HELLO (a vfork child, or a process that closed its control
+ * socket before exec).  The answer is a RESULT of kind PEER for sock_id
+ * with the socket attached, or none and the errno in `reason`. */
+struct dsock_msg_peer_req {
+	uint64_t sock_id;
+};
+
 struct dsock_msg_result {
 	uint64_t sock_id;
 	uint32_t result;    /* enum dsock_result */
 	uint32_t side;      /* PAIRED: 0 or 1, which half of the memfd is ours */
-	uint32_t reason;    /* KERNEL: enum dsock_reason */
+	uint32_t reason;    /* KERNEL: enum dsock_reason; PEER without a
+			     * socket: why (an errno) */
 	uint32_t ring_size; /* PAIRED: bytes per direction */
 };
 

@@ -22,6 +22,9 @@ const char *dsock_reason_name(unsigned r)
 		[DSOCK_R_HANDED_OVER] = "handed-over",
 		[DSOCK_R_HANDOVER_RESET] = "handover-reset",
 		[DSOCK_R_ASLEEP] = "consumer-asleep",
+		[DSOCK_R_URGENT] = "urgent-data",
+		[DSOCK_R_RCVLOWAT] = "rcvlowat",
+		[DSOCK_R_PEER_DIED] = "peer-died-unread",
 	};
 	return r < DSOCK_R_MAX ? n[r] : "?";
 }

@@ -26,6 +26,13 @@ enum dsock_reason {
 	DSOCK_R_ASLEEP,        /* back on the kernel: its consumer slept at
 				* nearly every write, and a wake-up token per
 				* write costs more than the ring saves */
+	DSOCK_R_URGENT,        /* back on the kernel: urgent data (MSG_OOB),
+				* which the ring cannot carry */
+	DSOCK_R_RCVLOWAT,      /* back on the kernel: SO_RCVLOWAT, which the
+				* kernel applies to every byte it holds */
+	DSOCK_R_PEER_DIED,     /* reset: the peer ended without closing while
+				* bytes of ours were unread in its ring (the
+				* kernel's close would have sent an RST) */
 	DSOCK_R_MAX,
 };
 

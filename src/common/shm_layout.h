@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define DSOCK_SHM_MAGIC    0x52485344u /* "DSHR" */
-#define DSOCK_SHM_VERSION  6
+#define DSOCK_SHM_VERSION  7
 #define DSOCK_SHM_HDR      4096u
 #define DSOCK_RING_MIN     (4u << 10)
 #define DSOCK_RING_MAX     (64u << 20)
@@ -28,7 +28,8 @@
 #define DSOCK_LOCK_BIAS 0x80000000u
 
 enum { DSOCK_ATT_NONE = 0, DSOCK_ATT_ATTACHED = 1, DSOCK_ATT_REFUSED = 2 };
-enum { DSOCK_DOWN_HANDOVER = 1, DSOCK_DOWN_ASLEEP = 2 }; /* side.down_req */
+/* side.down_req: why this side asks both directions back to the kernel */
+enum { DSOCK_DOWN_HANDOVER = 1, DSOCK_DOWN_ASLEEP = 2, DSOCK_DOWN_URGENT = 3, DSOCK_DOWN_RCVLOWAT = 4 };
 /* ring.tx_waiting bits: a poller wants a space token on its kernel socket;
  * a blocked sender sleeps on the space_seq futex only */
 enum { DSOCK_TXW_POLL = 1, DSOCK_TXW_FUTEX = 2 };
@@ -55,14 +56,24 @@ struct dsock_shm_side {
 			       * to a holder without dsock: exec, SCM_RIGHTS)
 			       * or DSOCK_DOWN_ASLEEP (its consumer slept at
 			       * nearly every write: tokens cost more than the
-			       * ring saves); any other nonzero value asks too */
+			       * ring saves), DSOCK_DOWN_URGENT (it sends urgent
+			       * data), DSOCK_DOWN_RCVLOWAT (it set SO_RCVLOWAT);
+			       * any other nonzero value asks too */
 	uint32_t down_sent;   /* 1: this side's sending is back on the kernel */
 	uint64_t down_off;    /* then: kernel bytes this side sent before plain
 			       * data resumed (data before its switch, then
 			       * tokens); right after them come the ring bytes
-			       * its consumer had not read, then new data */
-	uint8_t pad[DSOCK_CL - 56];
+			       * its consumer had not read, then new data.
+			       * down_off and down_sent are this side's, or the
+			       * peer's when it moves this side's sending for
+			       * it, under this side's locks (a hand-over the
+			       * peer makes alone: down.c, peer_down) */
+	int64_t tx_base;      /* the kernel's sent-byte counter of this side's
+			       * socket at the stream's first byte (attach):
+			       * what the peer needs to count this side's
+			       * kernel bytes in such a hand-over */
 } __attribute__((aligned(DSOCK_CL)));
+_Static_assert(sizeof(struct dsock_shm_side) == DSOCK_CL, "a side is one cache line");
 
 /* Ring r carries data from side r to side 1 - r. */
 struct dsock_shm_ring {

@@ -51,6 +51,7 @@ struct dd_live {
 	const struct dd_proc *proc[2];
 	uint64_t sid[2];
 	uint64_t cookie[2];
+	ino_t ino[2];
 	int memfd;
 	struct dd_live *next;
 };
@@ -275,9 +276,11 @@ static void pair(struct dd_offer *a, struct dd_offer *b)
 	rec->proc[0] = s0->to.proc;
 	rec->sid[0] = s0->sock_id;
 	rec->cookie[0] = s0->cookie;
+	rec->ino[0] = s0->ino;
 	rec->proc[1] = s1->to.proc;
 	rec->sid[1] = s1->sock_id;
 	rec->cookie[1] = s1->cookie;
+	rec->ino[1] = s1->ino;
 	rec->memfd = memfd;
 	rec->next = live;
 	live = rec;
@@ -382,6 +385,25 @@ void dd_pairing_memfd(const struct dd_reply_to *to, const struct dsock_msg_memfd
 				}
 	close(fd);
 	dd_send_result(to, &r, found);
+}
+
+int dd_pairing_peer_of(int fd, struct dd_peer_id *out)
+{
+	uint64_t cookie = 0;
+	socklen_t kl = sizeof(cookie);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &kl) < 0 || !cookie)
+		return -ENOTSOCK;
+	for (struct dd_live *x = live; x; x = x->next)
+		for (int i = 0; i < 2; i++)
+			if (x->cookie[i] == cookie) {
+				out->proc = x->proc[1 - i];
+				out->sock_id = x->sid[1 - i];
+				out->cookie = x->cookie[1 - i];
+				out->ino = x->ino[1 - i];
+				return 0;
+			}
+	return -ENOENT;
 }
 
 void dd_pairing_forget(const struct dd_proc *p)

@@ -31,6 +31,16 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 /* Handles a MEMFD_REQ with its socket fd (always closed here): answers
  * with the connection's memfd if the socket is one of a live pairing. */
 void dd_pairing_memfd(const struct dd_reply_to *to, const struct dsock_msg_memfd_req *m, int fd);
+/* The other end of the live pairing whose socket fd is (by SO_COOKIE):
+ * who paired it, its id there, its cookie and inode.  0, -ENOENT (not a
+ * live pairing) or -ENOTSOCK. */
+struct dd_peer_id {
+	const struct dd_proc *proc; /* NULL once that process left */
+	uint64_t sock_id;
+	uint64_t cookie;
+	ino_t ino;
+};
+int dd_pairing_peer_of(int fd, struct dd_peer_id *out);
 /* Forgets the offers of a process that left. */
 void dd_pairing_forget(const struct dd_proc *p);
 /* Expires offers; returns ms until the next expiry, or -1 when none. */

@@ -4,6 +4,7 @@
 #include "daemon/server.h"
 #include "daemon/registry.h"
 #include "daemon/pairing.h"
+#include "daemon/peerfd.h"
 #include "daemon/events.h"
 #include "common/log.h"
 #include "common/proto.h"
@@ -306,7 +307,7 @@ static int on_message(struct dd_client *c, uint32_t slot, const void *buf, size_
 		drain_events(c->proc);
 	if (r == 0 && (fd >= 0) != dsock_msg_has_fd(h->type) && h->type != DSOCK_MSG_HELLO)
 		r = -EBADMSG; /* an fd where none belongs, or none where one must be */
-	if (r || (h->type != DSOCK_MSG_OFFER && h->type != DSOCK_MSG_MEMFD_REQ)) {
+	if (r || (h->type != DSOCK_MSG_OFFER && h->type != DSOCK_MSG_MEMFD_REQ && h->type != DSOCK_MSG_PEER_REQ)) {
 		int hello = r == 0 && h->type == DSOCK_MSG_HELLO;
 		r = r ? r : hello ? on_hello(c, payload, fd) : 0;
 		if (fd >= 0)
@@ -333,6 +334,31 @@ static int on_message(struct dd_client *c, uint32_t slot, const void *buf, size_
 			return -EPROTO;
 		}
 		dd_pairing_memfd(&to, payload, fd);
+		return 0;
+	}
+	case DSOCK_MSG_PEER_REQ: {
+		/* on a connection of its own, with or without a HELLO (a vfork
+		 * child, a program that closed its fds before exec): the socket
+		 * it sends is the proof */
+		struct dd_reply_to to = { .slot = slot, .gen = c->gen, .proc = NULL };
+		struct dsock_msg_peer_req q;
+		int err = 0, pfd;
+		memcpy(&q, payload, sizeof(q));
+		if (c->role == ROLE_CLI) {
+			close(fd);
+			return -EPROTO;
+		}
+		pfd = dd_peer_socket(fd, c->cred.uid, &err);
+		close(fd);
+		struct dsock_msg_result res = { .sock_id = q.sock_id, .result = DSOCK_RES_PEER,
+						.reason = pfd < 0 ? (uint32_t)err : 0 };
+		if (pfd >= 0)
+			DSOCK_INFO("lent the peer's socket of a connection to pid %d for a hand-over", c->cred.pid);
+		else
+			DSOCK_INFO("no peer socket for pid %d's hand-over: %s", c->cred.pid, strerror(err));
+		dd_send_result(&to, &res, pfd);
+		if (pfd >= 0)
+			close(pfd);
 		return 0;
 	}
 	case DSOCK_MSG_SOCK_EVENT:

@@ -6,13 +6,22 @@
  * depend on buffer sizes.
  *
  * A scenario is written once for a kind of socket and instantiated for each
- * family: STREAM_SCEN for tcp4, tcp6 and unix stream sockets; DGRAM_SCEN for
- * udp4, udp6 and unix datagram sockets; SCEN for one instance. */
+ * family: STREAM_SCEN for tcp4, tcp6, unix, tcp4w and tcp6w stream sockets;
+ * DGRAM_SCEN for udp4, udp6 and unix datagram sockets; SCEN for one
+ * instance.
+ *
+ * tcp4w and tcp6w are the warm families: their connections carry a warm-up
+ * before the scenario's first step (fam_pair, fam_warm), so that under
+ * dsock both directions are on the shared-memory rings by then.  A stream
+ * scenario that never has a connection (refused connects, unconnected
+ * sockets, an empty listener) is STREAM_NOCONN_SCEN: tcp4, tcp6 and unix
+ * only, since a warm family would run the same thing again. */
 #ifndef CONF_H
 #define CONF_H
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -23,6 +32,7 @@ struct fam {
 	const char *name;
 	int domain; /* AF_INET, AF_INET6, AF_UNIX */
 	int type;   /* SOCK_STREAM or SOCK_DGRAM */
+	int warm;   /* 1: connections are warmed up before the scenario uses them */
 };
 
 typedef void (*scen_fn)(const struct fam *f);
@@ -34,6 +44,7 @@ void conf_register(const char *kind, const char *name, scen_fn fn);
 	__attribute__((constructor)) static void reg_##fn(void) { conf_register(kind, #fn, fn); } \
 	static void fn(__attribute__((unused)) const struct fam *f)
 #define STREAM_SCEN(fn) SCEN_DEFINE("stream", fn)
+#define STREAM_NOCONN_SCEN(fn) SCEN_DEFINE("stream-noconn", fn)
 #define DGRAM_SCEN(fn)  SCEN_DEFINE("dgram", fn)
 #define SCEN(fn)        SCEN_DEFINE("one", fn)
 /* Runs only when named: used to show that the harness can fail. */
@@ -57,8 +68,13 @@ int fam_socket(const struct fam *f, int flags);
 /* A bound (port 0 / unique unix name) listening stream socket, or bound
  * datagram socket.  *addr gets its address. */
 int fam_server(const struct fam *f, struct sockaddr_storage *addr, socklen_t *len);
-/* A connected pair: *c the client, *s the accepted (stream) or peer (dgram). */
+/* A connected pair: *c the client, *s the accepted (stream) or peer (dgram).
+ * Warm families: warmed up (fam_warm). */
 void fam_pair(const struct fam *f, int *c, int *s);
+/* In a warm family, the warm-up of a connection a scenario made itself
+ * (c and s its two ends, blocking or not): round trips, a pause for the
+ * pairing, more round trips; it prints nothing.  A no-op elsewhere. */
+void fam_warm(const struct fam *f, int c, int s);
 /* An address nobody listens on (for refused connects). */
 void fam_dead_addr(const struct fam *f, struct sockaddr_storage *addr, socklen_t *len);
 int is_stream(const struct fam *f);
@@ -73,15 +89,27 @@ long write_all(int fd, const char *buf, size_t n);
 long read_all(int fd, char *buf, size_t n);
 /* Reads and discards until EOF (or an error); returns the bytes read. */
 long read_to_eof(int fd);
-/* Fills the socket's send path until EAGAIN (fd must be nonblocking);
- * returns bytes written. */
+/* Fills the socket's send path until EAGAIN (MSG_DONTWAIT, so on any
+ * socket); returns bytes written. */
 long fill_until_eagain(int fd);
+/* The same until the peer is full for good: fills again after 10 ms
+ * pauses until 60 ms pass with nothing added (ACKs and a late window
+ * update free room after the first EAGAIN; after this a blocking send
+ * copies nothing before it blocks). */
+long fill_full(int fd);
+/* The unix family prints "skipped on unix" and gets 0 (features only TCP
+ * has); the others get 1. */
+int tcp_only(const struct fam *f);
 void msleep(int ms);
 long ms_since(const struct timespec *t0);
 void now(struct timespec *t);
 /* Prints the events of a poll/epoll mask as names: "IN|OUT|HUP". */
 const char *pollname(unsigned ev);
 const char *epollname(unsigned ev);
+/* SIGUSR1 counted in got_usr1 from now on, its handler with SA_RESTART or
+ * without. */
+extern volatile sig_atomic_t got_usr1;
+void handle_usr1(int restart);
 /* Path of this executable (for exec scenarios). */
 const char *self_exe(void);
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#define MAX_SCEN 512
+#define MAX_SCEN 1024
 
 struct entry {
 	char name[96];
@@ -23,13 +23,16 @@ static struct entry table[MAX_SCEN];
 static int nscen;
 extern int conf_failed;
 
+/* the first three also run the scenarios without a connection */
 static const struct fam STREAMS[] = {
-	{ "tcp4", AF_INET, SOCK_STREAM }, { "tcp6", AF_INET6, SOCK_STREAM }, { "unix", AF_UNIX, SOCK_STREAM },
+	{ "tcp4", AF_INET, SOCK_STREAM, 0 },  { "tcp6", AF_INET6, SOCK_STREAM, 0 },
+	{ "unix", AF_UNIX, SOCK_STREAM, 0 },  { "tcp4w", AF_INET, SOCK_STREAM, 1 },
+	{ "tcp6w", AF_INET6, SOCK_STREAM, 1 },
 };
 static const struct fam DGRAMS[] = {
-	{ "udp4", AF_INET, SOCK_DGRAM }, { "udp6", AF_INET6, SOCK_DGRAM }, { "unixdg", AF_UNIX, SOCK_DGRAM },
+	{ "udp4", AF_INET, SOCK_DGRAM, 0 }, { "udp6", AF_INET6, SOCK_DGRAM, 0 }, { "unixdg", AF_UNIX, SOCK_DGRAM, 0 },
 };
-static const struct fam NONE = { "any", AF_INET, SOCK_STREAM };
+static const struct fam NONE = { "any", AF_INET, SOCK_STREAM, 0 };
 
 static void add(const char *kind, const char *prefix, const char *name, scen_fn fn, const struct fam *f)
 {
@@ -45,6 +48,9 @@ static void add(const char *kind, const char *prefix, const char *name, scen_fn 
 void conf_register(const char *kind, const char *name, scen_fn fn)
 {
 	if (!strcmp(kind, "stream"))
+		for (int i = 0; i < 5; i++)
+			add(kind, STREAMS[i].name, name, fn, &STREAMS[i]);
+	else if (!strcmp(kind, "stream-noconn"))
 		for (int i = 0; i < 3; i++)
 			add(kind, STREAMS[i].name, name, fn, &STREAMS[i]);
 	else if (!strcmp(kind, "dgram"))

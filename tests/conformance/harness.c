@@ -1,11 +1,17 @@
 /* conformance: runs each scenario natively and under a wrapper (normally
  * `dsock run --`) and compares the two transcripts line by line.
  *
- *   conformance [-w "WRAP WORDS"] [-f SUBSTR] [-j JOBS] [-v] [-s] [-r DIR] CONF_SCEN
+ *   conformance [-w "WRAP WORDS"] [-f SUBSTR] [-j JOBS] [-v] [-s] [-r DIR [-m PCT]] CONF_SCEN
  *
  * -r DIR: count the scenarios whose dsock run moved bytes through shared
  * memory, and those where such a connection then went back to the kernel
- * (the library reports both through DSOCK_FASTPATH_REPORT).
+ * (the library reports both through DSOCK_FASTPATH_REPORT), passed or not:
+ * "fast path: N of M tcp scenarios moved bytes through shared memory (in N
+ * a connection then went back to the kernel)", and the same count for the
+ * warm families alone (tcp4w, tcp6w: their connections are warmed up
+ * before each scenario, so under dsock they should all be on the rings):
+ * "fast path: N of M warm tcp scenarios moved bytes through shared memory".
+ * -m PCT: fail (exit 1) when fewer than PCT % of the warm scenarios did.
  *
  * A scenario passes when its native run exits 0 with no failed CHECK and
  * the wrapped transcript (stdout and exit status) is identical.  Prints a
@@ -121,6 +127,9 @@ static void show_diff(const char *a, const char *b)
 	}
 }
 
+/* What a scenario's child tells the parent, as its exit status. */
+enum { RUN_FAILED = 1, RUN_FAST = 2, RUN_BACK = 4 };
+
 static int run_one(const char *scen, const char *name)
 {
 	char *argv[MAX_WORDS + 4];
@@ -145,24 +154,11 @@ static int run_one(const char *scen, const char *name)
 		setenv("DSOCK_FASTPATH_REPORT", report, 1);
 	}
 	run_cmd(argv, &dso);
-	if (report_dir) {
+	if (report_dir)
 		unsetenv("DSOCK_FASTPATH_REPORT");
-		/* the exit code of this child tells the parent: 0 pass, 1 fail,
-		 * 2 pass on the fast path */
-	}
 	ok = native_ok(&nat) && nat.len == dso.len && !memcmp(nat.text, dso.text, nat.len);
-	if (!ok) {
-		printf("FAIL %s%s\n", name, native_ok(&nat) ? "" : " (fails natively: the scenario is wrong)");
-		show_diff(nat.text, dso.text);
-		if (!native_ok(&nat) || verbose)
-			printf("  native transcript:\n%s  dsock transcript:\n%s", nat.text, dso.text);
-	} else if (verbose) {
-		printf("PASS %s\n", name);
-	}
-	fflush(stdout);
-	free(nat.text);
-	free(dso.text);
-	if (ok && report[0] && access(report, F_OK) == 0) {
+	int r = ok ? 0 : RUN_FAILED;
+	if (report[0] && access(report, F_OK) == 0) {
 		/* lines "PID CONNECTIONS BACK" */
 		FILE *f = fopen(report, "r");
 		long pid, conns, back, went_back = 0;
@@ -171,24 +167,44 @@ static int run_one(const char *scen, const char *name)
 		if (f)
 			fclose(f);
 		unlink(report);
-		return went_back ? 3 : 2;
+		r |= RUN_FAST | (went_back ? RUN_BACK : 0);
 	}
-	return ok;
+	/* -v with -r: [shm] after a scenario that moved bytes through shared
+	 * memory, [shm, back] when a connection then went back */
+	const char *how = !verbose || !report_dir ? "" : r & RUN_BACK ? " [shm, back]" : r & RUN_FAST ? " [shm]" : " [kernel]";
+	if (!ok) {
+		printf("FAIL %s%s%s\n", name, how, native_ok(&nat) ? "" : " (fails natively: the scenario is wrong)");
+		show_diff(nat.text, dso.text);
+		if (!native_ok(&nat) || verbose)
+			printf("  native transcript:\n%s  dsock transcript:\n%s", nat.text, dso.text);
+	} else if (verbose) {
+		printf("PASS %s%s\n", name, how);
+	}
+	fflush(stdout);
+	free(nat.text);
+	free(dso.text);
+	return r;
+}
+
+static int is_warm(const char *name)
+{
+	return !strncmp(name, "tcp4w/", 6) || !strncmp(name, "tcp6w/", 6);
 }
 
 int main(int argc, char **argv)
 {
 	const char *filter = NULL, *scen;
 	char cmd[4096], name[256], *w;
-	int jobs = 1, selftest = 0, passed = 0, failed = 0, c, running = 0;
+	int jobs = 1, selftest = 0, passed = 0, failed = 0, c, running = 0, min_warm_pct = -1;
 	FILE *list;
 	char **names = NULL;
 	size_t nnames = 0;
 
 	static char wrapbuf[4096];
-	int on_fast = 0, went_back = 0, tcp_total = 0;
+	int on_fast = 0, went_back = 0, tcp_total = 0, warm_fast = 0, warm_total = 0;
+	pid_t *pids = NULL;     /* the child running names[i] */
 
-	while ((c = getopt(argc, argv, "w:f:j:vsr:")) != -1) {
+	while ((c = getopt(argc, argv, "w:f:j:vsr:m:")) != -1) {
 		switch (c) {
 		case 'w':
 			snprintf(wrapbuf, sizeof(wrapbuf), "%s", optarg);
@@ -200,8 +216,9 @@ int main(int argc, char **argv)
 		case 'v': verbose = 1; break;
 		case 's': selftest = 1; break;
 		case 'r': report_dir = optarg; break;
+		case 'm': min_warm_pct = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: conformance [-w WRAP] [-f SUBSTR] [-j JOBS] [-v] [-s] CONF_SCEN\n");
+			fprintf(stderr, "usage: conformance [-w WRAP] [-f SUBSTR] [-j JOBS] [-v] [-s] [-r DIR [-m PCT]] CONF_SCEN\n");
 			return 2;
 		}
 	}
@@ -225,34 +242,53 @@ int main(int argc, char **argv)
 		fprintf(stderr, "conformance: no scenarios matched\n");
 		return 2;
 	}
+	pids = calloc(nnames, sizeof(*pids));
 	/* -j: scenarios in parallel, each in a child that reports by exit code */
 	for (size_t i = 0; i < nnames || running; ) {
 		int st;
+		pid_t pid;
 		if (i < nnames && running < jobs) {
-			pid_t pid = fork();
-			if (pid == 0) {
-				int r = run_one(scen, names[i]);
-				_exit(r >= 2 ? r : r ? 0 : 1);
-			}
+			pid = fork();
+			if (pid == 0)
+				_exit(run_one(scen, names[i]));
+			pids[i] = pid;
 			tcp_total += !strncmp(names[i], "tcp", 3);
+			warm_total += is_warm(names[i]);
 			running++;
 			i++;
 			continue;
 		}
-		if (wait(&st) > 0) {
+		if ((pid = wait(&st)) > 0) {
+			size_t k = 0;
+			while (k < nnames && pids[k] != pid)
+				k++;
 			running--;
-			if (WIFEXITED(st) && WEXITSTATUS(st) != 1 && WEXITSTATUS(st) <= 3) {
-				passed++;
-				on_fast += WEXITSTATUS(st) >= 2;
-				went_back += WEXITSTATUS(st) == 3;
+			if (WIFEXITED(st) && WEXITSTATUS(st) <= (RUN_FAILED | RUN_FAST | RUN_BACK)) {
+				int r = WEXITSTATUS(st), fast = (r & RUN_FAST) && k < nnames && !strncmp(names[k], "tcp", 3);
+				if (r & RUN_FAILED)
+					failed++;
+				else
+					passed++;
+				on_fast += fast;
+				went_back += fast && (r & RUN_BACK);
+				warm_fast += fast && is_warm(names[k]);
 			} else {
 				failed++;
 			}
 		}
 	}
-	if (report_dir)
+	int warm_short = 0;
+	if (report_dir) {
 		printf("fast path: %d of %d tcp scenarios moved bytes through shared memory"
 		       " (in %d a connection then went back to the kernel)\n", on_fast, tcp_total, went_back);
+		if (warm_total) {
+			printf("fast path: %d of %d warm tcp scenarios moved bytes through shared memory (%d %%)\n",
+			       warm_fast, warm_total, warm_fast * 100 / warm_total);
+			warm_short = warm_fast * 100 < min_warm_pct * warm_total;
+			if (warm_short)
+				printf("fast path: fewer than %d %% of the warm tcp scenarios did\n", min_warm_pct);
+		}
+	}
 	printf("conformance: %d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return failed || warm_short ? 1 : 0;
 }

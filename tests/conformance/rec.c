@@ -11,7 +11,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/shm_layout.h" /* warm_check only */
+
 int conf_failed;
+volatile sig_atomic_t got_usr1;
+
+static void on_usr1(int sig)
+{
+	got_usr1++;
+}
+
+void handle_usr1(int restart)
+{
+	struct sigaction sa = { .sa_handler = on_usr1, .sa_flags = restart ? SA_RESTART : 0 };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
+}
 
 void out(const char *fmt, ...)
 {
@@ -132,11 +148,11 @@ void fam_pair(const struct fam *f, int *c, int *s)
 		exit(3);
 	}
 	close(l);
-	/* tcp4 pairs start warm: a few round trips, so that under dsock both
-	 * ends have paired and moved to shared memory before the scenario
-	 * starts (pairing is asynchronous).  tcp6 pairs start cold: the
-	 * scenario races the pairing, as a short connection does. */
-	if (f->domain == AF_INET) {
+	/* tcp4 pairs get a short warm-up: four round trips start the pairing
+	 * under dsock (each end offers at its fourth data call) and the
+	 * scenario races its end; tcp6 pairs start cold, as a short connection
+	 * does; the warm families (tcp4w, tcp6w) start on the rings. */
+	if (f->domain == AF_INET && !f->warm) {
 		char x = 0;
 		for (int i = 0; i < 4; i++) {
 			if (send(*c, &x, 1, 0) != 1 || recv(*s, &x, 1, 0) != 1 || send(*s, &x, 1, 0) != 1 ||
@@ -147,6 +163,90 @@ void fam_pair(const struct fam *f, int *c, int *s)
 			usleep(2000);
 		}
 	}
+	fam_warm(f, *c, *s);
+}
+
+/* One byte from one end to the other, on blocking or nonblocking sockets. */
+static void warm_byte(int from, int to)
+{
+	char x = 'w';
+	ssize_t r;
+
+	while ((r = send(from, &x, 1, MSG_NOSIGNAL)) != 1)
+		if (r == 0 || (errno != EAGAIN && errno != EINTR) || (errno == EAGAIN && !wait_fd(from, POLLOUT, 5000)))
+			goto fail;
+	while ((r = recv(to, &x, 1, 0)) != 1)
+		if (r == 0 || (errno != EAGAIN && errno != EINTR) || (errno == EAGAIN && !wait_fd(to, POLLIN, 5000)))
+			goto fail;
+	return;
+fail:
+	out("warm-up failed: %s", r == 0 ? "EOF" : ename(errno));
+	exit(3);
+}
+
+/* The warm-up.  Under dsock a connection is offered to the daemon at each
+ * end's fourth data call, the answer comes asynchronously (well under a
+ * millisecond to a few), each end attaches at its next call and each end's
+ * sending moves to its ring at its next send: WARM_FIRST round trips make
+ * both ends offer, WARM_PAUSE_MS lets the daemon answer, and WARM_MORE
+ * round trips attach both ends, switch both directions and read past both
+ * switch offsets (two would do once both have attached; the rest covers a
+ * late answer).  CONF_WARM="FIRST,PAUSE_MS,MORE" overrides them (tuning);
+ * CONF_WARM_CHECK=1 reports on stderr whether the rings this process maps
+ * say both directions switched (by hand, under dsock). */
+#define WARM_FIRST    4
+#define WARM_PAUSE_MS 15
+#define WARM_MORE     16
+
+static void warm_check(const struct fam *f);
+
+void fam_warm(const struct fam *f, int c, int s)
+{
+	int first = WARM_FIRST, pause = WARM_PAUSE_MS, more = WARM_MORE, e = errno;
+	const char *knob = getenv("CONF_WARM");
+
+	if (!f->warm)
+		return;
+	if (knob)
+		sscanf(knob, "%d,%d,%d", &first, &pause, &more);
+	for (int i = 0; i < first; i++) {
+		warm_byte(c, s);
+		warm_byte(s, c);
+	}
+	msleep(pause);
+	for (int i = 0; i < more; i++) {
+		warm_byte(c, s);
+		warm_byte(s, c);
+	}
+	if (getenv("CONF_WARM_CHECK"))
+		warm_check(f);
+	errno = e;
+}
+
+/* By hand only: the rings' header (the layout dsockd and the library
+ * share), for each connection memory this process maps. */
+static void warm_check(const struct fam *f)
+{
+	FILE *m = fopen("/proc/self/maps", "r");
+	char line[512];
+	int maps = 0, attached = 0, switched = 0;
+
+	while (m && fgets(line, sizeof(line), m)) {
+		unsigned long lo;
+		if (!strstr(line, "memfd:dsock-conn") || sscanf(line, "%lx-", &lo) != 1)
+			continue;
+		const struct dsock_shm_hdr *h = (const void *)lo;
+		if (h->magic != DSOCK_SHM_MAGIC)
+			continue;
+		maps++;
+		attached += h->side[0].attached == DSOCK_ATT_ATTACHED && h->side[1].attached == DSOCK_ATT_ATTACHED;
+		switched += h->side[0].switch_off != DSOCK_SWITCH_NONE && h->side[1].switch_off != DSOCK_SWITCH_NONE &&
+			    h->side[0].rx_switched && h->side[1].rx_switched;
+	}
+	if (m)
+		fclose(m);
+	fprintf(stderr, "warm-check %s: rings mapped %d, both ends attached %d, both ways switched %d\n", f->name,
+		maps, attached, switched);
 }
 
 void fam_dead_addr(const struct fam *f, struct sockaddr_storage *addr, socklen_t *len)
@@ -235,6 +335,30 @@ long fill_until_eagain(int fd)
 			return errno == EAGAIN ? total : -errno;
 		total += w;
 	}
+}
+
+long fill_full(int fd)
+{
+	long total = fill_until_eagain(fd), more;
+
+	/* (natively the receiver's window opens once more 30-50 ms after
+	 * the first stall, here: so 60 ms with nothing added) */
+	for (int i = 0, quiet = 0; i < 100 && quiet < 6 && total >= 0; i++) {
+		msleep(10);
+		if ((more = fill_until_eagain(fd)) < 0)
+			return more;
+		quiet = more ? 0 : quiet + 1;
+		total += more;
+	}
+	return total;
+}
+
+int tcp_only(const struct fam *f)
+{
+	if (f->domain != AF_UNIX)
+		return 1;
+	out("skipped on unix");
+	return 0;
 }
 
 void msleep(int ms)

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-STREAM_SCEN(connect_refused)
+STREAM_NOCONN_SCEN(connect_refused)
 {
 	struct sockaddr_storage a;
 	socklen_t al;
@@ -36,12 +36,13 @@ STREAM_SCEN(connect_nonblocking)
 	out("err = %s", err ? ename(err) : "0");
 	R("connect again", connect(c, (struct sockaddr *)&a, al));
 	s = accept(l, NULL, NULL);
+	fam_warm(f, c, s);
 	R("send", send(c, "ping", 4, 0));
 	wait_fd(s, POLLIN, 2000);
 	R("recv", recv(s, b, 8, 0));
 }
 
-STREAM_SCEN(connect_nonblocking_refused)
+STREAM_NOCONN_SCEN(connect_nonblocking_refused)
 {
 	struct sockaddr_storage a;
 	socklen_t al, el = sizeof(int);
@@ -72,7 +73,7 @@ STREAM_SCEN(connect_when_connected)
 	R("connect", connect(c, (struct sockaddr *)&a, al));
 }
 
-STREAM_SCEN(accept_nonblocking_empty)
+STREAM_NOCONN_SCEN(accept_nonblocking_empty)
 {
 	struct sockaddr_storage a;
 	socklen_t al;
@@ -93,19 +94,23 @@ STREAM_SCEN(accept4_flags)
 	fcntl(l, F_SETFL, O_NONBLOCK);
 	connect(c, (struct sockaddr *)&a, al);
 	wait_fd(l, POLLIN, 2000);
-	s = (int)R("accept4 nonblock|cloexec", accept4(l, (struct sockaddr *)&pa, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC) >= 0);
-	(void)s;
+	s = accept4(l, (struct sockaddr *)&pa, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	rec("accept4 nonblock|cloexec", s >= 0, errno);
 	out("addr family %d", pa.ss_family);
+	fam_warm(f, c, s);
+	out("warm accept4 O_NONBLOCK: %s", fcntl(s, F_GETFL) & O_NONBLOCK ? "yes" : "no");
 	c = fam_socket(f, 0);
 	connect(c, (struct sockaddr *)&a, al);
 	wait_fd(l, POLLIN, 2000);
 	s = accept(l, NULL, NULL);
+	fam_warm(f, c, s);
 	out("plain accept inherits listener O_NONBLOCK: %s", fcntl(s, F_GETFL) & O_NONBLOCK ? "yes" : "no");
 	out("plain accept FD_CLOEXEC: %s", fcntl(s, F_GETFD) & FD_CLOEXEC ? "yes" : "no");
 	c = fam_socket(f, 0);
 	connect(c, (struct sockaddr *)&a, al);
 	wait_fd(l, POLLIN, 2000);
 	s = accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	fam_warm(f, c, s);
 	out("accept4 O_NONBLOCK: %s", fcntl(s, F_GETFL) & O_NONBLOCK ? "yes" : "no");
 	out("accept4 FD_CLOEXEC: %s", fcntl(s, F_GETFD) & FD_CLOEXEC ? "yes" : "no");
 	R("accept4 bad flags", accept4(l, NULL, NULL, 0x40000000));
@@ -124,6 +129,7 @@ STREAM_SCEN(backlog_then_accept)
 	for (int i = 0; i < 3; i++) {
 		int s = accept(l, NULL, NULL);
 		out("accepted: %s", s >= 0 ? "yes" : ename(errno));
+		fam_warm(f, c[i], s);
 		R("send", send(s, "x", 1, 0));
 	}
 	for (int i = 0; i < 3; i++) {
@@ -367,7 +373,7 @@ STREAM_SCEN(names)
 	R("getsockname bad fd", getsockname(9999, (struct sockaddr *)&cl, &cll));
 }
 
-STREAM_SCEN(io_on_unconnected)
+STREAM_NOCONN_SCEN(io_on_unconnected)
 {
 	int u = fam_socket(f, 0);
 	char b[4];
@@ -416,4 +422,7 @@ STREAM_SCEN(thread_blocked_in_accept)
 	R("connect", connect(c, (struct sockaddr *)&a, al));
 	pthread_join(t, &r);
 	out("thread accepted: %s", (long)r >= 0 ? "yes" : "no");
+	fam_warm(f, c, (int)(long)r);
+	R("send", send(c, "x", 1, 0));
+	R("recv", recv((int)(long)r, &al, 1, 0));
 }

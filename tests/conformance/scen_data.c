@@ -106,7 +106,7 @@ STREAM_SCEN(nonblock_via_fcntl)
 	out("nonblock cleared: %s", fcntl(s, F_GETFL) & O_NONBLOCK ? "no" : "yes");
 }
 
-STREAM_SCEN(nonblock_socket_flag)
+STREAM_NOCONN_SCEN(nonblock_socket_flag)
 {
 	int fd = fam_socket(f, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	char b[4];

@@ -382,7 +382,7 @@ SCEN(socketpair_stream_and_dgram)
 
 SCEN(udp_listen_and_sendto_connected)
 {
-	struct fam u = { "udp4", AF_INET, SOCK_DGRAM };
+	struct fam u = { "udp4", AF_INET, SOCK_DGRAM, 0 };
 	struct sockaddr_storage a;
 	socklen_t al;
 	int s = fam_server(&u, &a, &al), c = fam_socket(&u, 0);
@@ -397,7 +397,7 @@ SCEN(udp_listen_and_sendto_connected)
 /* ---- scenarios that must fail: they show the harness can fail ---------- */
 SELFTEST_SCEN(wrong_expectation)
 {
-	struct fam t = { "tcp4", AF_INET, SOCK_STREAM };
+	struct fam t = { "tcp4", AF_INET, SOCK_STREAM, 0 };
 	char b[4];
 	int c, s;
 
@@ -408,7 +408,7 @@ SELFTEST_SCEN(wrong_expectation)
 
 SELFTEST_SCEN(peek_then_read)
 {
-	struct fam t = { "tcp4", AF_INET, SOCK_STREAM };
+	struct fam t = { "tcp4", AF_INET, SOCK_STREAM, 0 };
 	char b[8];
 	int c, s;
 

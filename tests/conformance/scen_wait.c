@@ -54,26 +54,12 @@ STREAM_SCEN(poll_timeout_and_negative_fd)
 	    pollname(p[0].revents), pollname(p[1].revents));
 }
 
-static volatile sig_atomic_t got_usr1;
-static void on_usr1(int sig)
-{
-	got_usr1++;
-}
-
-static void handle_usr1(int restart)
-{
-	struct sigaction sa = { .sa_handler = on_usr1, .sa_flags = restart ? SA_RESTART : 0 };
-
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGUSR1, &sa, NULL);
-}
-
 SCEN(ppoll_sigmask)
 {
 	sigset_t block, empty;
 	struct pollfd p;
 	int c, s;
-	struct fam tcp = { "tcp4", AF_INET, SOCK_STREAM };
+	struct fam tcp = { "tcp4", AF_INET, SOCK_STREAM, 0 };
 
 	fam_pair(&tcp, &c, &s);
 	handle_usr1(0);
@@ -355,7 +341,15 @@ STREAM_SCEN(epoll_exclusive_listener)
 	n1 = epoll_wait(e1, &got, 1, 1000);
 	n2 = epoll_wait(e2, &got, 1, 0);
 	out("someone saw the connection: %s", n1 + n2 >= 1 ? "yes" : "no");
-	out("accept: %s", accept(l, NULL, NULL) >= 0 ? "yes" : ename(errno));
+	int s = accept(l, NULL, NULL);
+	out("accept: %s", s >= 0 ? "yes" : ename(errno));
+	fam_warm(f, c, s);
+	/* the accepted socket's readiness is its own: the listener's sets say nothing */
+	send(c, "x", 1, 0);
+	wait_fd(s, POLLIN, 2000);
+	n1 = epoll_wait(e1, &got, 1, 0);
+	n2 = epoll_wait(e2, &got, 1, 0);
+	out("listener sets after data on the connection: %d %d", n1, n2);
 }
 
 STREAM_SCEN(epoll_closed_fd_leaves_set)
@@ -516,7 +510,7 @@ static void *blocked_accept_b(void *arg)
 	return NULL;
 }
 
-STREAM_SCEN(thread_accept_signal_eintr)
+STREAM_NOCONN_SCEN(thread_accept_signal_eintr)
 {
 	struct sockaddr_storage a;
 	socklen_t al;

@@ -16,7 +16,12 @@
      connection works and stays on the kernel;
   6. another user (root only: created with useradd) reaches a root daemon
      but sees none of root's processes, cannot stop it, and cannot open the
-     memory of root's connections.
+     memory of root's connections;
+  7. a peer killed with SIGKILL while bytes of ours lie unread (the kernel
+     resets: ECONNRESET), or after reading every one (a FIN: EOF), with
+     the survivor blocked in recv or reading afterwards: 20 rounds each,
+     the same outcome natively and under dsock every time
+     (tests/faults/killpeer.py).
 
 Each check prints ok/FAIL; exit 0 on pass; last line 'faults: N passed, N failed'."""
 import os, shutil, signal, subprocess, sys, tempfile, time
@@ -374,6 +379,25 @@ while True: a.sendall(b"z" * 65536)
             for p in (srv, cli):
                 p.kill()
         sh("ip netns del dsockF1; ip netns del dsockF2")
+    # ---- 7. a peer killed with unread data, or with none ----------------------
+    kp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "killpeer.py")
+    for mode in ("reset", "eof"):
+        for when in ("blocked", "after"):
+            args = [PY, kp, "20", mode, when]
+            nat = subprocess.run(args, capture_output=True, text=True, timeout=120).stdout.split()
+            rep = os.path.join(tmp, "kp.report")
+            env = dict(ENV, DSOCK_FASTPATH_REPORT=rep)
+            ds = subprocess.run([DSOCK, "run", "--", *args], env=env, capture_output=True, text=True, timeout=120)
+            try:
+                rings = sum(int(l.split()[1]) for l in open(rep))
+                os.unlink(rep)
+            except OSError:
+                rings = 0
+            want = ["ECONNRESET" if mode == "reset" else "eof", "20"]
+            check("7. peer killed (%s, survivor %s): natively %s" % (mode, when, " ".join(want)), nat == want, nat)
+            check("7. ... and under dsock, all 20 on the rings" , ds.stdout.split() == want and rings >= 20,
+                  (ds.stdout, ds.stderr[-300:], rings))
+
 finally:
     for p in procs:
         if p.poll() is None:

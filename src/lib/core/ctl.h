@@ -37,6 +37,13 @@ void dsock_ctl_set_result_handler(void (*fn)(const struct dsock_msg_result *r, i
  * delivering other mail meanwhile.  Returns the fd (close-on-exec), or
  * -ENOENT (the daemon has none), -ENOTCONN, -ETIMEDOUT. */
 int dsock_ctl_fetch_memfd(unsigned long long sock_id, int sock_fd, int timeout_ms);
+/* The other end's kernel socket of a paired socket (sock_fd, one of our
+ * fds of it, proves the claim), lent by the daemon for a hand-over the
+ * peer cannot make in time (ctl_peer.c; PEER_REQ in common/proto.h), on a
+ * connection of its own (safe in a vfork child).  Waits up to timeout_ms.
+ * Returns the fd (close-on-exec), or -errno: -EPERM where the daemon may
+ * not take it, -ENOENT when it found no process holding it. */
+int dsock_ctl_fetch_peer(unsigned long long sock_id, int sock_fd, int timeout_ms);
 /* Delivers mail, if the daemon left any: one memory read when there is none. */
 void dsock_ctl_poll_mail(void);
 /* Blocking variant for tests and slow paths: also reads when no mail page. */

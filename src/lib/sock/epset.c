@@ -7,11 +7,16 @@
  * own (a wait walks that list, not the members). */
 #include "lib/sock/epset.h"
 #include "lib/core/proc.h"
+#include "lib/interpose/real.h"
 #include "lib/sock/ready.h"
 #include "lib/sock/sock.h"
 #include "lib/transport/transport.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <sys/socket.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -25,6 +30,9 @@ struct member {
 	uint64_t data;
 	int disarmed;               /* EPOLLONESHOT reported by us */
 	int in_added;               /* EPOLLIN added for the kernel (ready.h) */
+	int parked;                 /* level-triggered EPOLLOUT taken out of the
+				     * kernel's registration (EPOLLIN in, for the
+				     * space token) while the ring is full */
 	uint64_t mark;              /* EPOLLET: the arrival count last reported */
 	struct dsock_sock *sock;    /* the socket at registration; NULL: an epoll set */
 	/* chains: every member, by fd, by (epfd, data), by socket */
@@ -194,6 +202,19 @@ static int sock_hidden(struct dsock_sock *s, uint64_t *mark)
 	return r;
 }
 
+/* 1 if the non-socket fd is an epoll set (a member of another one, or
+ * polled: hidden data inside it counts as its readiness).  A readlink per
+ * registration of a non-socket fd, never on a data path. */
+static int is_epoll_fd(int fd)
+{
+	char path[48], link[32];
+	long n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = syscall(SYS_readlinkat, AT_FDCWD, path, link, sizeof(link) - 1);
+	return n == (long)sizeof("anon_inode:[eventpoll]") - 1 && !memcmp(link, "anon_inode:[eventpoll]", (size_t)n);
+}
+
 /* ---- registrations ---------------------------------------------------------- */
 static struct member *find(int epfd, int fd)
 {
@@ -209,7 +230,7 @@ void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev
 	struct member *m;
 
 	/* only sockets a transport may own, and epoll sets (nesting) */
-	if (op == EPOLL_CTL_ADD && !s && !dsock_fdt_peek(epfd))
+	if (op == EPOLL_CTL_ADD && !s && (!dsock_transports_any() || !is_epoll_fd(fd)))
 		return;
 	pthread_mutex_lock(&mu);
 	if ((m = find(epfd, fd))) {
@@ -221,6 +242,7 @@ void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev
 			m->events = ev->events;
 			m->data = ev->data.u64;
 			m->disarmed = 0;
+			m->parked = 0; /* the kernel has the application's events again */
 			m->mark = 0; /* MOD reports data already there */
 			link_in(m, BY_DATA);
 		}
@@ -290,32 +312,87 @@ void dsock_epoll_forget_fd(int fd)
 
 int dsock_epset_member_fd(int epfd, uint64_t data)
 {
-	int in_added;
+	struct dsock_epmember mb;
 
-	return dsock_epset_member(epfd, data, &in_added);
+	return dsock_epset_lookup(epfd, data, &mb);
 }
 
-int dsock_epset_member(int epfd, uint64_t data, int *in_added)
+/* The one member of epfd with this data (mu held), or NULL (none, or two
+ * share the data: we cannot tell). */
+static struct member *by_data(int epfd, uint64_t data)
 {
-	int fd = -1;
+	struct member *found = NULL;
 
-	*in_added = 0;
-	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
-		return -1;
-	pthread_mutex_lock(&mu);
 	for (struct member *m = heads[BY_DATA][h_data(epfd, data)]; m; m = m->next[BY_DATA]) {
 		if (m->epfd != epfd || m->data != data)
 			continue;
-		if (fd >= 0) {
-			fd = -1; /* two members share the data: we cannot tell */
-			*in_added = 0;
-			break;
-		}
-		fd = m->fd;
-		*in_added = m->in_added;
+		if (found)
+			return NULL;
+		found = m;
+	}
+	return found;
+}
+
+int dsock_epset_lookup(int epfd, uint64_t data, struct dsock_epmember *out)
+{
+	struct member *m;
+
+	*out = (struct dsock_epmember){ .fd = -1 };
+	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
+		return -1;
+	pthread_mutex_lock(&mu);
+	if ((m = by_data(epfd, data)))
+		*out = (struct dsock_epmember){ .fd = m->fd, .events = m->events, .in_added = m->in_added,
+						.parked = m->parked };
+	pthread_mutex_unlock(&mu);
+	return out->fd;
+}
+
+/* ---- level-triggered EPOLLOUT on a full ring --------------------------------
+ * The kernel socket of a transport's connection is always writable (it
+ * carries only tokens), so a level-triggered registration for EPOLLOUT
+ * would be reported at every wait while the ring is full, and a loop
+ * waiting for room would spin.  Such a registration is parked: EPOLLOUT
+ * leaves the kernel's registration and EPOLLIN joins it, for the space
+ * token the consumer sends once it frees room (the caller asks for one),
+ * and the registration goes back as it was when the event comes.  Edge-
+ * triggered ones have their own way (dsock_epoll_kernel_events), and
+ * one-shot ones are left alone (a MOD would re-arm them). */
+static int kernel_mod(struct member *m, unsigned events)
+{
+	struct epoll_event e = { .events = events, .data.u64 = m->data };
+
+	return dsock_real.epoll_ctl(m->epfd, EPOLL_CTL_MOD, m->fd, &e);
+}
+
+int dsock_epset_park(int epfd, uint64_t data)
+{
+	struct member *m;
+	int r = 0;
+
+	pthread_mutex_lock(&mu);
+	if ((m = by_data(epfd, data)) && !m->parked && m->sock && !(m->events & (EPOLLET | EPOLLONESHOT)) &&
+	    kernel_mod(m, (m->events & ~(unsigned)(EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND)) | EPOLLIN) == 0) {
+		m->parked = 1;
+		set_in_added(m, !(m->events & EPOLLIN));
+		r = 1;
 	}
 	pthread_mutex_unlock(&mu);
-	return fd;
+	return r;
+}
+
+void dsock_epset_unpark(int epfd, uint64_t data)
+{
+	struct member *m;
+
+	pthread_mutex_lock(&mu);
+	if ((m = by_data(epfd, data)) && m->parked) {
+		unsigned k = dsock_epoll_kernel_events(m->fd, m->events);
+		kernel_mod(m, k);
+		m->parked = 0;
+		set_in_added(m, k != m->events);
+	}
+	pthread_mutex_unlock(&mu);
 }
 
 /* A member that needs the kernel's look in the same call as ours: it
@@ -360,6 +437,66 @@ static int hidden_in_set(int epfd, struct epoll_event *out, int max)
 	return n;
 }
 
+/* 1 if set epfd has a member whose socket is hidden readable and that
+ * epoll_wait on it would report (mu held): a look that changes nothing (an
+ * edge-triggered member's arrival stays unreported, a one-shot stays
+ * armed), for a poller of the set itself. */
+static int set_has_hidden(int epfd)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&hid_mu);
+	for (size_t i = 0; i < nhid && !r; i++) {
+		struct dsock_sock *s = hid[i];
+		for (struct member *m = heads[BY_SOCK][h_sock(s)]; m && !r; m = m->next[BY_SOCK]) {
+			uint64_t mark = m->mark;
+			if (m->sock != s || m->epfd != epfd || m->disarmed || !(m->events & EPOLLIN) ||
+			    dsock_fdt_peek(m->fd) != s)
+				continue;
+			r = sock_hidden(s, (m->events & EPOLLET) ? &mark : NULL);
+		}
+	}
+	pthread_mutex_unlock(&hid_mu);
+	return r;
+}
+
+/* The same, or one of the sets nested in it (one level) has such data. */
+static int set_or_nested_has_hidden(int epfd)
+{
+	if (set_has_hidden(epfd))
+		return 1;
+	for (struct member *m = heads[BY_SOCK][h_sock(NULL)]; m; m = m->next[BY_SOCK])
+		if (m->epfd == epfd && !m->sock && !m->disarmed && (m->events & EPOLLIN) && set_has_hidden(m->fd))
+			return 1;
+	return 0;
+}
+
+int dsock_epset_readable(int epfd)
+{
+	int r;
+
+	if (!atomic_load_explicit(&nmembers, memory_order_relaxed) ||
+	    !atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed))
+		return 0;
+	pthread_mutex_lock(&mu);
+	r = set_or_nested_has_hidden(epfd);
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+int dsock_epset_is_set(int fd)
+{
+	int r = 0;
+
+	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
+		return 0;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nsets && !r; i++)
+		r = sets[i].epfd == fd;
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
 int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int *wants_kernel)
 {
 	int n;
@@ -373,10 +510,9 @@ int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int *wants_ke
 	/* epoll sets nested in epfd (one level): hidden data inside counts;
 	 * they have no socket, so all hang in the chain of NULL */
 	for (struct member *m = heads[BY_SOCK][h_sock(NULL)]; m && n < max; m = m->next[BY_SOCK]) {
-		struct epoll_event tmp;
 		if (m->epfd != epfd || m->sock || m->disarmed || !(m->events & EPOLLIN))
 			continue;
-		if (hidden_in_set(m->fd, &tmp, 1))
+		if (set_has_hidden(m->fd))
 			n += emit(m, &out[n]);
 	}
 	*wants_kernel = emitted_wants_kernel;

@@ -9,15 +9,35 @@
 /* The fd a registration of epfd with this data names; -1 when none, or
  * when two registrations of the set share the data (we cannot tell). */
 int dsock_epset_member_fd(int epfd, uint64_t data);
-/* The same, and *in_added: 1 if EPOLLIN was added for the kernel to the
- * application's events (dsock_epoll_kernel_events). */
-int dsock_epset_member(int epfd, uint64_t data, int *in_added);
+/* The registration of epfd with this data: its fd (also returned: -1 when
+ * none, or when two share the data), the application's events, whether
+ * EPOLLIN was added for the kernel to them (dsock_epoll_kernel_events, or
+ * parked), and whether it is parked. */
+struct dsock_epmember {
+	int fd;
+	unsigned events;
+	int in_added, parked;
+};
+int dsock_epset_lookup(int epfd, uint64_t data, struct dsock_epmember *out);
+/* A level-triggered registration for EPOLLOUT of a socket whose transport
+ * has no room: EPOLLOUT leaves the kernel's registration (EPOLLIN joins it,
+ * for the space token) until unparked.  1 if parked (not edge-triggered,
+ * not one-shot, and the kernel took the change). */
+int dsock_epset_park(int epfd, uint64_t data);
+/* Gives the kernel the registration's events back. */
+void dsock_epset_unpark(int epfd, uint64_t data);
 /* Members of epfd whose socket is hidden readable (and epoll sets nested
  * in it, one level, that hold one), as EPOLLIN events; ONESHOT members are
  * disarmed, EPOLLET ones reported once per arrival.  *wants_kernel: one of
  * them needs the kernel's look too (it asked for EPOLLOUT or the like, or
  * is edge-triggered or one-shot: the kernel's edge must be used up). */
 int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int *wants_kernel);
+/* 1 if epoll set epfd (or a set nested in it, one level) holds a member
+ * with hidden readable data that its epoll_wait would report: the set's
+ * own readiness for poll, select or an outer epoll.  Changes nothing. */
+int dsock_epset_readable(int epfd);
+/* 1 if fd is an epoll set with members dsock knows of. */
+int dsock_epset_is_set(int fd);
 void dsock_epset_fork_prepare(void);
 void dsock_epset_fork_parent(void);
 void dsock_epset_fork_child(void);

@@ -282,8 +282,10 @@ int dsock_io_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 }
 
 /* sendfile onto a transport's socket: read the file, send through the
- * transport.  The file offset moves by exactly what was sent, as the
- * kernel's would (the explicit *off, or the file position). */
+ * transport, chunk by chunk, each as the socket sends (a blocking socket
+ * waits for room: the kernel's sendfile sends all of it).  The file offset
+ * moves by exactly what was sent, as the kernel's would (the explicit
+ * *off, or the file position). */
 ssize_t dsock_io_sendfile(int out, int in, off_t *off, size_t n)
 {
 	struct dsock_sock *s = owned(out);
@@ -307,7 +309,7 @@ ssize_t dsock_io_sendfile(int out, int in, off_t *off, size_t n)
 			break;
 		}
 		ONE_IOV(buf, (size_t)got);
-		r = s->owner->sendmsg(s, out, &m_, done ? MSG_DONTWAIT : 0);
+		r = s->owner->sendmsg(s, out, &m_, 0);
 		if (r <= 0)
 			break;
 		done += (size_t)r;

@@ -112,51 +112,79 @@ static int spurious_in(int fd)
 	return r;
 }
 
-/* The EPOLLIN we added for a writer waiting for EPOLLOUT alone (ready.h)
- * taken out again: on a transport's socket the byte was a space token
- * (drained if it was only tokens) and EPOLLOUT says whether the ring has
- * room; on the kernel's the kernel's own EPOLLOUT stands. */
-static unsigned out_only(int fd, unsigned events)
+/* A transport's socket: 1 if a send would not block, 0 if it would (a
+ * wake-up for room is then asked for), -1 if the kernel carries fd. */
+static int writable_view(int fd)
 {
 	struct dsock_sock *s = fd >= 0 ? dsock_fdt_get(fd) : NULL;
-
-	if (events & EPOLLIN)
-		spurious_in(fd);
-	events &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
 	const struct dsock_transport *tp = s ? __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) : NULL;
+	int w = -1;
+
 	if (tp && tp->writable) {
-		if (tp->writable(s)) {
-			events |= EPOLLOUT;
-		} else {
-			events &= ~(unsigned)(EPOLLOUT | EPOLLWRNORM);
-			if (tp->want_space)
-				tp->want_space(s);
-		}
+		w = tp->writable(s) != 0;
+		if (!w && tp->want_space)
+			tp->want_space(s);
 	}
 	if (s)
 		dsock_sock_put(s);
+	return w;
+}
+
+/* An event of a writer whose kernel registration has our EPOLLIN in it:
+ * one that waits for EPOLLOUT alone, edge-triggered (ready.h), or one
+ * parked while its ring is full (epset.c).  The IN is taken out again
+ * unless the application asked for it and it is more than tokens (a
+ * space token, drained); EPOLLOUT says whether the ring has room, and a
+ * parked registration goes back to the kernel as it was once it has (or
+ * once the kernel carries the socket: then the kernel's EPOLLOUT, which
+ * it did not watch meanwhile, is reported for the send to tell). */
+static unsigned writer_view(int epfd, uint64_t data, int fd, const struct dsock_epmember *mb, unsigned events)
+{
+	int w;
+
+	if ((events & EPOLLIN) && (spurious_in(fd) || !(mb->events & EPOLLIN)))
+		events &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
+	w = writable_view(fd);
+	if (w) {
+		if (mb->parked)
+			dsock_epset_unpark(epfd, data);
+		if (w > 0 || mb->parked)
+			events |= mb->events & (EPOLLOUT | EPOLLWRNORM);
+	} else {
+		events &= ~(unsigned)(EPOLLOUT | EPOLLWRNORM);
+	}
 	return events;
 }
 
-/* Drops the IN of events that are only stale tokens, and the IN we added;
- * returns how many events remain. */
+/* Drops the IN of events that are only stale tokens, and the IN we added,
+ * and a level-triggered OUT while the ring is full (parking it); returns
+ * how many events remain. */
 static int filter_spurious(int epfd, struct epoll_event *ev, int n)
 {
 	int kept = 0, added = atomic_load_explicit(&dsock_epoll_in_added, memory_order_relaxed) > 0;
 
 	for (int i = 0; i < n; i++) {
-		int in_added = 0, fd = -1;
-		if ((ev[i].events & EPOLLIN) || added)
-			fd = dsock_epset_member(epfd, ev[i].data.u64, &in_added);
-		if (in_added) {
-			if (!(ev[i].events = out_only(fd, ev[i].events)))
-				continue;
-		} else if ((ev[i].events & EPOLLIN) && spurious_in(fd)) {
-			ev[i].events &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
-			if (!ev[i].events)
-				continue;
+		struct dsock_epmember mb = { .fd = -1 };
+		uint64_t data = ev[i].data.u64;
+		if ((ev[i].events & (EPOLLIN | EPOLLOUT)) || added)
+			dsock_epset_lookup(epfd, data, &mb);
+		if (mb.in_added || mb.parked) {
+			ev[i].events = writer_view(epfd, data, mb.fd, &mb, ev[i].events);
+		} else {
+			if ((ev[i].events & EPOLLIN) && spurious_in(mb.fd))
+				ev[i].events &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
+			/* park first, then ask for room and look again: room
+			 * freed in between still sends its token */
+			if ((ev[i].events & EPOLLOUT) && !(mb.events & (EPOLLET | EPOLLONESHOT)) &&
+			    writable_view(mb.fd) == 0 && dsock_epset_park(epfd, data)) {
+				if (writable_view(mb.fd) == 0)
+					ev[i].events &= ~(unsigned)(EPOLLOUT | EPOLLWRNORM);
+				else
+					dsock_epset_unpark(epfd, data);
+			}
 		}
-		ev[kept++] = ev[i];
+		if (ev[i].events)
+			ev[kept++] = ev[i];
 	}
 	return kept;
 }
@@ -329,14 +357,18 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 }
 
 /* ---- poll and select ------------------------------------------------- */
-/* What a transport says about fd: 1 hidden readable, 2 not writable. */
+/* What a transport says about fd: 1 hidden readable, 2 not writable.  An
+ * epoll set is readable when a member's data is hidden (the kernel shows
+ * the set's readiness from its members' kernel readiness only). */
 static int transport_view(int fd, short events)
 {
 	struct dsock_sock *s = dsock_fdt_peek(fd);
 	const struct dsock_transport *tp;
 	int v = 0;
 
-	if (!s || !(tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE)))
+	if (!s)
+		return (events & (POLLIN | POLLRDNORM)) && dsock_epset_readable(fd);
+	if (!(tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE)))
 		return 0;
 	if (!(s = dsock_fdt_get(fd)))
 		return 0;
@@ -370,7 +402,8 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 	    atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0)
 		for (nfds_t i = 0; i < n && !any; i++) {
 			struct dsock_sock *s = fds[i].fd >= 0 ? dsock_fdt_peek(fds[i].fd) : NULL;
-			any = s && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
+			any = s ? __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) != NULL :
+				  fds[i].fd >= 0 && dsock_epset_is_set(fds[i].fd);
 		}
 	if (!any)
 		return (int)SYSRET(is_ppoll ? dsock_real.ppoll(fds, n, t, m) : dsock_real.poll(fds, n, timeout_ms));

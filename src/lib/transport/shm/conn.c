@@ -262,12 +262,13 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 		__atomic_store_n(&c->me->attached, DSOCK_ATT_REFUSED, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(&c->mu);
 		atomic_store(&c->attaching, 0);
-		shm_to_kernel(s, DSOCK_R_FORKED);
+		shm_to_kernel(s, (unsigned)c->refuse);
 		return;
 	}
 	DSOCK_DBG("sock %llu attached as side %d, ring %u bytes", (unsigned long long)s->id, side, size);
 	/* no kernel read is in flight: the count is exact (side.kread) */
 	__atomic_store_n(&c->me->kread, (uint64_t)atomic_load(&c->pending_read), __ATOMIC_RELEASE);
+	__atomic_store_n(&c->me->tx_base, c->tx_base, __ATOMIC_RELAXED); /* (a peer's hand-over) */
 	__atomic_store_n(&c->me->holders, 1, __ATOMIC_RELEASE);
 	held_add(c);
 	if (c->wr_shut) /* shut down while pending: never switch to the ring */
@@ -508,7 +509,7 @@ static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 			unlink_pending(c);
 			c->service = service_port(fd, c->role);
 			if (c->refuse || shm_calibrate(c, fd) || send_offer(s, fd, c->role, &reason))
-				shm_to_kernel(s, c->refuse ? DSOCK_R_FORKED : DSOCK_R_NO_DAEMON);
+				shm_to_kernel(s, c->refuse ? (unsigned)c->refuse : DSOCK_R_NO_DAEMON);
 		} /* else still connecting: a later call looks again */
 	}
 	atomic_store(&c->offering, 0);
@@ -585,6 +586,12 @@ void shm_release(struct dsock_sock *s)
 int shm_reset(struct dsock_sock *s, int fd, unsigned reason)
 {
 	struct sockaddr sa = { .sa_family = AF_UNSPEC };
+	struct shm_conn *c = shm_conn(s);
+
+	/* this side closes, and says so before its RST: the peer must not
+	 * take the RST for the death of a process (recv.c) */
+	if (c && c->h)
+		__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
 
 	/* connect(AF_UNSPEC) aborts the connection as the kernel does on an
 	 * RST: it sends one, empties the receive queue (whose wake-up tokens
@@ -616,7 +623,7 @@ void dsock_shm_fork_prepare(void)
 	/* held across the fork: no offer slips in between */
 	pthread_mutex_lock(&pending_mu);
 	for (struct shm_conn *c = pending; c; c = c->next)
-		c->refuse = 1;
+		c->refuse = DSOCK_R_FORKED;
 	/* the child holds every attached connection too: counted here, before
 	 * the fork returns, or the parent's close could come first and end a
 	 * connection the child goes on using (the soak hung that way) */
@@ -678,7 +685,7 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 	if (__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) != &dsock_shm_transport || !(c = shm_conn(s)))
 		return;
 	if (c->state != SC_ATTACHED) {
-		c->refuse = 1; /* the new program will not hear the answer */
+		c->refuse = DSOCK_R_FORKED; /* the new program will not hear the answer */
 		return;
 	}
 	if (w->restore) {

@@ -1,6 +1,6 @@
 /* Data on the shm transport: send and receive through the rings, the
  * kernel-to-ring switch, wake-up tokens, spinning and sleeping. */
-#include "lib/transport/shm/shm.h"
+#include "lib/transport/shm/ring.h"
 #include "lib/core/proc.h"
 #include "lib/interpose/real.h"
 #include "lib/sock/ready.h"
@@ -22,19 +22,6 @@
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#define SPIN_NS 50000 /* a receiver's lease while in recv (its spin: dsock_spin_ns) */
-#define SHORT_LEASE_NS 50000 /* the longest lease under contention (see rx_leave) */
-#define SPIN_PURE_NS 2000 /* of which this long without yielding */
-#define SPIN_WATCH 64 /* pauses between a spinning receiver's full looks */
-#define KCHECK_NS 20000 /* a spinning receiver asks the kernel for FIN/RST */
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#endif
-}
 
 /* The owner id of the shared locks.  Cached per thread, and forgotten in
  * a fork child (shm_forget_tid): its one thread inherits the parent's
@@ -214,14 +201,6 @@ int shm_peer_tx_trylock(struct shm_conn *c)
 	return tx_acquire(NULL, c->rx, 1) == 0;
 }
 
-static size_t iov_total(const struct msghdr *m)
-{
-	size_t n = 0;
-	for (size_t i = 0; i < m->msg_iovlen; i++)
-		n += m->msg_iov[i].iov_len;
-	return n;
-}
-
 /* TCP states (include/net/tcp_states.h; not in the uapi headers) */
 enum { ST_FIN_WAIT1 = 4, ST_FIN_WAIT2 = 5, ST_TIME_WAIT = 6, ST_LAST_ACK = 9, ST_CLOSING = 11 };
 
@@ -268,16 +247,6 @@ int shm_calibrate(struct shm_conn *c, int fd)
 }
 
 /* ---- ring indices: checked on every read -------------------------------- */
-/* Bytes readable in the rx ring, or -1 if the peer broke the rules. */
-static int64_t rx_avail(struct shm_conn *c, uint64_t *head)
-{
-	uint64_t h = __atomic_load_n(&c->rx->head, __ATOMIC_RELAXED);
-	uint64_t t = __atomic_load_n(&c->rx->tail, __ATOMIC_ACQUIRE); /* data before tail */
-
-	*head = h;
-	return t - h <= c->size ? (int64_t)(t - h) : -1;
-}
-
 /* Bytes writable in the tx ring, or -1 if the peer broke the rules. */
 static int64_t tx_space(struct shm_conn *c, uint64_t *tail)
 {
@@ -318,35 +287,6 @@ static int64_t tx_space_for(struct shm_conn *c, uint64_t *tail, size_t want)
 		return (int64_t)(c->size - (t - h));
 	}
 	return tx_space(c, tail);
-}
-
-/* Copies n bytes between the ring at index idx and an iovec at offset off. */
-static void ring_copy(unsigned char *ring, uint32_t size, uint64_t idx, const struct msghdr *m,
-		      size_t off, size_t n, int to_ring)
-{
-	size_t i = 0;
-
-	while (i < m->msg_iovlen && off >= m->msg_iov[i].iov_len)
-		off -= m->msg_iov[i++].iov_len;
-	while (n && i < m->msg_iovlen) {
-		size_t chunk = m->msg_iov[i].iov_len - off;
-		unsigned char *p = (unsigned char *)m->msg_iov[i].iov_base + off;
-		if (chunk > n)
-			chunk = n;
-		for (size_t done = 0; done < chunk;) {
-			size_t pos = (size_t)((idx + done) & (size - 1));
-			size_t run = size - pos < chunk - done ? size - pos : chunk - done;
-			if (to_ring)
-				memcpy(ring + pos, p + done, run);
-			else
-				memcpy(p + done, ring + pos, run);
-			done += run;
-		}
-		idx += chunk;
-		n -= chunk;
-		off = 0;
-		i++;
-	}
 }
 
 /* ---- skippable leases ------------------------------------------------------ */
@@ -465,7 +405,7 @@ static void ask_down(struct shm_conn *c, const char *why)
 		DSOCK_DBG("port %u: %s: asking for the kernel", c->service, why);
 }
 
-static void note_read(struct shm_conn *c, size_t n)
+void shm_note_read(struct shm_conn *c, size_t n)
 {
 	if (shm_test_down_reads && ++c->test_reads >= shm_test_down_reads)
 		ask_down(c, "DSOCK_TEST_DOWN_READS");
@@ -554,7 +494,7 @@ int shm_wake_peer(struct shm_conn *c, int fd)
 /* Wakes a producer waiting for space in our rx ring: a blocked send on the
  * futex, a poller through a token on its kernel socket (which wakes poll,
  * select and epoll; our pollers then look at the ring). */
-static void space_freed(struct shm_conn *c, int fd)
+void shm_space_freed(struct shm_conn *c, int fd)
 {
 	uint32_t w;
 
@@ -629,12 +569,15 @@ int shm_drain_tokens(struct shm_conn *c, int fd, int to_end)
 		}
 		if (n == 0)
 			return 1;
-		return errno == EAGAIN ? 0 : -errno;
+		if (errno == EAGAIN)
+			return 0;
+		shm_stash_err(c, errno);
+		return -errno;
 	}
 }
 
 /* A token may be in our kernel socket: one of the flags says so. */
-static int tokens_flagged(struct shm_conn *c)
+int shm_tokens_flagged(struct shm_conn *c)
 {
 	return __atomic_load_n(&c->rx->token, __ATOMIC_RELAXED) ||
 	       __atomic_load_n(&c->tx->space_token, __ATOMIC_RELAXED);
@@ -643,7 +586,7 @@ static int tokens_flagged(struct shm_conn *c)
 /* Clears both token flags, then drains (flags first: a producer that sets
  * one again afterwards sends a byte we may or may not see).  Returns as
  * drain_tokens. */
-static int clear_and_drain(struct shm_conn *c, int fd, int to_end)
+int shm_clear_and_drain(struct shm_conn *c, int fd, int to_end)
 {
 	__atomic_store_n(&c->rx->token, 0, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&c->tx->space_token, 0, __ATOMIC_SEQ_CST);
@@ -679,7 +622,7 @@ static int hot_end(struct shm_conn *c)
  * ring_doorbell, see "skippable leases").  INT64_MAX (closing: no more
  * tokens to us) is never skippable, though its bit 0 is set: a producer
  * that skips its fence for it skips only a token it would not send. */
-static void hot(struct shm_conn *c, int64_t until)
+void shm_hot(struct shm_conn *c, int64_t until)
 {
 	int64_t cur;
 
@@ -722,16 +665,16 @@ static int token_in_kernel(struct shm_conn *c, int fd)
 /* Leaving the consumer side: no longer polling; keep the readiness the
  * kernel shows honest (a token backs every non-empty ring, or we note that
  * none does).  Returns 1 on kernel EOF, -errno on a kernel error, else 0. */
-static int rx_settle(struct shm_conn *c, int fd)
+int shm_rx_settle(struct shm_conn *c, int fd)
 {
 	uint64_t head;
 	int64_t avail;
 	int k = 0, drained = 0;
 
-	hot(c, 0);
+	shm_hot(c, 0);
 	avail = rx_avail(c, &head);
-	if (avail == 0 && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) && tokens_flagged(c)) {
-		k = clear_and_drain(c, fd, 0);
+	if (avail == 0 && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) && shm_tokens_flagged(c)) {
+		k = shm_clear_and_drain(c, fd, 0);
 		avail = rx_avail(c, &head);
 		drained = 1;
 	}
@@ -757,7 +700,7 @@ int shm_trylock(uint32_t *w)
  * lease is kept only while no thread of ours sleeps in the kernel (Dekker
  * with shm_settle_lingering: we publish the lease, then look for sleepers;
  * a sleeper counts itself, then settles the list).  Returns as rx_settle. */
-static int rx_leave(struct shm_conn *c, int fd)
+int shm_rx_leave(struct shm_conn *c, int fd)
 {
 	if (c->fork_gen == dsock_shm_fork_gen && !c->wr_shut &&
 	    !__atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE)) {
@@ -772,12 +715,12 @@ static int rx_leave(struct shm_conn *c, int fd)
 		int64_t lease = shm_lease_ns;
 		if (lease > SHORT_LEASE_NS && dsock_spin_seen_contention(now))
 			lease = SHORT_LEASE_NS;
-		hot(c, now + lease);
+		shm_hot(c, now + lease);
 		/* tokens that came while we were away, for data now read: drain
 		 * them, or the kernel shows a readable socket with nothing to read
 		 * (to pollers we do not see, to a nested epoll, to close: RST) */
-		if (tokens_flagged(c) && rx_avail(c, &head) == 0) {
-			int k = clear_and_drain(c, fd, 0);
+		if (shm_tokens_flagged(c) && rx_avail(c, &head) == 0) {
+			int k = shm_clear_and_drain(c, fd, 0);
 			if (k)
 				return k;
 		}
@@ -803,7 +746,7 @@ static int rx_leave(struct shm_conn *c, int fd)
 		if (c->lingering && atomic_load(&dsock_sleepers) == 0)
 			return 0;
 	}
-	return rx_settle(c, fd);
+	return shm_rx_settle(c, fd);
 }
 
 /* Ends every lease: a producer tokens from now on.  Data that arrived
@@ -857,7 +800,7 @@ void shm_linger_forget(struct shm_conn *c)
 
 _Atomic long dsock_shm_ring_conns;
 
-static void count_ring_use(struct shm_conn *c)
+void shm_count_ring_use(struct shm_conn *c)
 {
 	/* a reader and a writer thread may get here first at once (TSan) */
 	if (!__atomic_load_n(&c->used_ring, __ATOMIC_RELAXED) &&
@@ -870,7 +813,7 @@ static void count_ring_use(struct shm_conn *c)
  * its arrival, not a whole look later (two clock reads and a dozen shared
  * words: a ping-pong message waited half of such a round on average).
  * Before the peer's switch its data comes by the kernel: a plain pause. */
-static void spin_watch(struct shm_conn *c, uint64_t head)
+void shm_spin_watch(struct shm_conn *c, uint64_t head)
 {
 	if (!__atomic_load_n(&c->me->rx_switched, __ATOMIC_RELAXED)) {
 		for (int i = 0; i < 16; i++)
@@ -885,7 +828,7 @@ static void spin_watch(struct shm_conn *c, uint64_t head)
 	}
 }
 
-static int err_is_fatal(int err)
+int shm_err_is_fatal(int err)
 {
 	return err && err != -EAGAIN && err != -EINTR;
 }
@@ -972,7 +915,7 @@ static void publish(struct shm_conn *c, int fd, uint64_t tail, size_t n)
 	__atomic_store_n(&c->tx->tail, tail, __ATOMIC_RELEASE);
 	c->tx_tail = tail;
 	c->tx_tail_ok = 1;
-	count_ring_use(c);
+	shm_count_ring_use(c);
 	ring_doorbell(c, fd);
 	uint32_t cpu = (uint32_t)sched_getcpu() + 1;
 	if (__atomic_load_n(&c->me->cpu, __ATOMIC_RELAXED) != cpu)
@@ -994,14 +937,67 @@ ssize_t shm_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int fl
 	return sendmsg_in(s, k >= 0 ? k : fd, m, flags);
 }
 
+/* The rest of m from byte off on the kernel (our sending is plain now),
+ * as the kernel's send takes it: blocking, SO_SNDTIMEO and signals its
+ * own.  Returns off plus what the kernel took, or off alone when it
+ * failed after some of this call's bytes went by the ring (the next call
+ * sees the error, as after a kernel send that copied part of its bytes). */
+static ssize_t send_rest_plain(int fd, const struct msghdr *m, size_t off, int flags)
+{
+	struct iovec iov[m->msg_iovlen ? m->msg_iovlen : 1];
+	struct msghdr km = *m;
+	size_t n = 0, skip = off;
+	ssize_t r;
+
+	if (off) {
+		for (size_t i = 0; i < m->msg_iovlen; i++) {
+			if (skip >= m->msg_iov[i].iov_len) {
+				skip -= m->msg_iov[i].iov_len;
+				continue;
+			}
+			iov[n].iov_base = (char *)m->msg_iov[i].iov_base + skip;
+			iov[n++].iov_len = m->msg_iov[i].iov_len - skip;
+			skip = 0;
+		}
+		km.msg_iov = iov;
+		km.msg_iovlen = n;
+		km.msg_control = NULL; /* it went with the first byte */
+		km.msg_controllen = 0;
+	}
+	r = dsock_real.sendmsg(fd, &km, flags);
+	if (r < 0)
+		return off ? (ssize_t)off : -errno;
+	return (ssize_t)off + r;
+}
+
+/* Our wait for ring space was interrupted by a signal before this call
+ * sent a byte: would the kernel's send have been restarted?  It is when
+ * the handler has SA_RESTART (a timed futex wait, ours, never is).  Which
+ * signal came is not known, so only when every handled signal has it: a
+ * program with a handler that lacks it expects EINTR from a send.  Rare:
+ * one look at the handlers per interrupted wait. */
+static int signals_restart(void)
+{
+	for (int sig = 1; sig < _NSIG; sig++) {
+		struct sigaction sa;
+		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
+			continue;
+		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
+			return 0;
+	}
+	return 1;
+}
+
 static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
 {
 	struct shm_conn *c = shm_conn(s);
 	size_t total = iov_total(m), done = 0;
 	int64_t deadline = 0;
 	ssize_t r;
-	int err = 0, announced = 0, follow = 0;
+	int err = 0, announced = 0, follow = 0, nb = -1;
 
+	if ((flags & MSG_OOB) && shm_go_back(s, fd, DSOCK_DOWN_URGENT) < 0)
+		return -ECONNRESET;
 	if (!shm_progress(s, fd) || c->state != SC_ATTACHED) {
 		/* PENDING (or gone to the kernel): the kernel carries it; the
 		 * mutex keeps an attach (and so a switch) out meanwhile */
@@ -1019,19 +1015,23 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 again:
 	if (shm_down_any(c)) {
 		/* back to the kernel (down.c): once our sending is there, the
-		 * kernel answers every send, exactly as for a plain socket */
+		 * kernel answers every send, exactly as for a plain socket; a
+		 * blocking send that filled the ring goes on there with the rest */
 		int d = shm_down_step(s, fd);
 		if (d < 0)
-			return d;
-		if (__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
-			r = dsock_real.sendmsg(fd, m, flags);
-			return r < 0 ? -errno : r;
-		}
+			return done ? (ssize_t)done : d;
+		if (__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
+			return send_rest_plain(fd, m, done, flags);
 	}
 	if (shm_tx_lock(c))
-		return shm_fault(s, fd, "lock held forever");
+		return done ? (ssize_t)done : shm_fault(s, fd, "lock held forever");
+	if (__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
+		/* the peer moved our sending back (a hand-over it makes without
+		 * us, down.c) while we waited for the lock */
+		shm_tx_unlock(c);
+		return send_rest_plain(fd, m, done, flags);
+	}
 	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) &&
-	    !__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) &&
 	    !__atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE) && follow++ < FOLLOW_TRIES) {
 		/* the peer's sending went back while we waited for the lock
 		 * (down.c, tx_down): ours follows before a byte enters the ring
@@ -1047,10 +1047,9 @@ again:
 	 * lock a switch takes, blocking, EPIPE and SIGPIPE included */
 	err = shm_active(c) ? switch_tx_locked(c, fd, 0) : -EAGAIN;
 	if (err == -EAGAIN || err == -EPIPE) {
-		r = dsock_real.sendmsg(fd, m, flags);
-		err = errno;
+		r = send_rest_plain(fd, m, done, flags);
 		shm_tx_unlock(c);
-		return r < 0 ? -err : r;
+		return r;
 	}
 	if (err)
 		goto out;
@@ -1066,11 +1065,10 @@ again:
 
 		if (space < 0) {
 			shm_tx_unlock(c);
-			return shm_fault(s, fd, "tx indices out of range");
+			return done ? (ssize_t)done : shm_fault(s, fd, "tx indices out of range");
 		}
 		if (space == 0) {
-			if (!done && __atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) &&
-			    follow++ < FOLLOW_TRIES) {
+			if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) && follow++ < FOLLOW_TRIES) {
 				/* the peer's sending is plain: no space token will
 				 * come (an edge-triggered writer would wait for ever);
 				 * ours goes back now (down.c), unless a lock is busy
@@ -1079,7 +1077,9 @@ again:
 				sched_yield();
 				goto again;
 			}
-			if (done || shm_nonblocking(s, fd, flags)) {
+			if (nb < 0)
+				nb = shm_nonblocking(s, fd, flags);
+			if (nb) {
 				if (!announced && (!done || shm_nonblocking(s, fd, 0))) {
 					/* a poller will wait for space: ask for a token, then
 					 * look again (seq_cst both sides): space freed in
@@ -1099,6 +1099,9 @@ again:
 								      : -EAGAIN;
 				break;
 			}
+			/* blocking: wait for space until all of it is in, as the
+			 * kernel's send does; a signal or SO_SNDTIMEO ends the wait
+			 * with what went in (or EINTR, EAGAIN when nothing did) */
 			shm_tx_unlock(c);
 			if (!deadline) {
 				struct timeval tv = { 0, 0 };
@@ -1108,17 +1111,17 @@ again:
 					shm_now_ns() + tv.tv_sec * 1000000000LL + tv.tv_usec * 1000LL : INT64_MAX;
 			}
 			err = shm_now_ns() >= deadline ? -EAGAIN : wait_space(c, fd);
+			if (err == -EINTR && !done && signals_restart())
+				err = 0;
 			if (err == -EPIPE)
 				err = peer_closed_probe(fd, flags) ?: -EPIPE;
 			if (shm_tx_lock(c))
-				return shm_fault(s, fd, "lock held forever");
+				return done ? (ssize_t)done : shm_fault(s, fd, "lock held forever");
 			if (err)
 				break;
 			if (shm_down_any(c)) {
-				/* back to the kernel: what is in the ring goes there
-				 * first (a short count; the next call goes on) */
-				if (done)
-					break;
+				/* back to the kernel: what the ring holds goes there
+				 * first, then the rest of this send */
 				shm_tx_unlock(c);
 				goto again;
 			}
@@ -1144,7 +1147,7 @@ ssize_t shm_sendmsg_solo(struct dsock_sock *s, int fd, const struct msghdr *m, i
 	uint64_t tail;
 	size_t total;
 
-	if (c->state != SC_ATTACHED || !__atomic_load_n(&c->reported, __ATOMIC_RELAXED) ||
+	if (c->state != SC_ATTACHED || !__atomic_load_n(&c->reported, __ATOMIC_RELAXED) || (flags & MSG_OOB) ||
 	    atomic_load_explicit(&c->kfd, memory_order_relaxed) >= 0 || m->msg_iovlen > IOV_MAX ||
 	    __atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE ||
 	    shm_down_any(c) || __atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE) ||
@@ -1153,7 +1156,8 @@ ssize_t shm_sendmsg_solo(struct dsock_sock *s, int fd, const struct msghdr *m, i
 	total = iov_total(m);
 	if (!total || shm_tx_lock(c))
 		return DSOCK_ESLOW;
-	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
+	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
 		shm_tx_unlock(c); /* it went back meanwhile: ours follows (down.c) */
 		return DSOCK_ESLOW;
 	}
@@ -1167,356 +1171,26 @@ ssize_t shm_sendmsg_solo(struct dsock_sock *s, int fd, const struct msghdr *m, i
 	return (ssize_t)total;
 }
 
-/* ---- receive -------------------------------------------------------------- */
-/* The peer has switched and we have read every kernel byte it sent before:
- * the ring is ours to read from now on (rx lock held). */
-static void rx_switch_if_read(struct shm_conn *c)
-{
-	uint64_t sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_SEQ_CST);
-
-	if (sw != DSOCK_SWITCH_NONE && __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE) >= sw)
-		__atomic_store_n(&c->me->rx_switched, 1, __ATOMIC_SEQ_CST);
-}
-
-/* Pre-switch kernel data for a receiver: at most up to the peer's switch
- * offset, so no token is ever taken for data.  The caller is hot (set
- * before this reads switch_off: the peer sends tokens only after its switch
- * and only to a consumer that is not hot).  Returns bytes, 0 on kernel EOF,
- * -EAGAIN when there is none (rx_switched may have become 1), -errno. */
-ssize_t shm_rx_kernel(struct shm_conn *c, int fd, struct msghdr *m, size_t off, size_t want, int flags)
-{
-	uint64_t sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_SEQ_CST);
-	struct msghdr km = *m;
-	struct iovec iov[64];
-	size_t i = 0, cnt = 0, skip = off;
-	ssize_t r;
-
-	uint64_t got = __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE);
-
-	if (sw != DSOCK_SWITCH_NONE) {
-		if (got >= sw) {
-			__atomic_store_n(&c->me->rx_switched, 1, __ATOMIC_SEQ_CST);
-			return -EAGAIN;
-		}
-		if (want > sw - got)
-			want = (size_t)(sw - got);
-	}
-	/* the caller's iovec from off, at most want bytes */
-	while (i < m->msg_iovlen && skip >= m->msg_iov[i].iov_len)
-		skip -= m->msg_iov[i++].iov_len;
-	for (; i < m->msg_iovlen && cnt < 64 && want; i++, skip = 0) {
-		size_t len = m->msg_iov[i].iov_len - skip;
-		if (len > want)
-			len = want;
-		iov[cnt].iov_base = (char *)m->msg_iov[i].iov_base + skip;
-		iov[cnt++].iov_len = len;
-		want -= len;
-	}
-	km.msg_iov = iov;
-	km.msg_iovlen = cnt;
-	km.msg_name = NULL;
-	km.msg_namelen = 0;
-	km.msg_control = NULL;
-	km.msg_controllen = 0;
-	r = dsock_real.recvmsg(fd, &km, (flags & (MSG_PEEK)) | MSG_DONTWAIT);
-	if (r < 0)
-		return -errno;
-	if (r > 0 && !(flags & MSG_PEEK))
-		__atomic_store_n(&c->me->kread, got + (uint64_t)r, __ATOMIC_RELEASE);
-	if (r > 0 && sw == DSOCK_SWITCH_NONE &&
-	    (sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_SEQ_CST)) != DSOCK_SWITCH_NONE) {
-		/* the peer switched during the read: bytes past its offset are tokens */
-		uint64_t after = got + (uint64_t)r;
-		if (after > sw)
-			r -= after - sw < (uint64_t)r ? (ssize_t)(after - sw) : r;
-		if (r == 0)
-			return -EAGAIN;
-	}
-	return r;
-}
-
-ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
-{
-	struct shm_conn *c;
-	size_t total = iov_total(m), got = 0;
-	int peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek;
-	int err = 0, eof = 0, nb = -1, spun = 0, leased = 0;
-	int64_t spin_end = 0, spin_start = 0, next_check = -1;
-
-	c = shm_conn(s);
-	while (!shm_progress(s, fd) || c->state != SC_ATTACHED) {
-		/* PENDING: the kernel carries it.  Count ourselves, then make
-		 * sure no attach is deciding (it would not see us); an attach
-		 * that sees us waits for the next call. */
-		ssize_t r;
-		atomic_fetch_add(&c->kernel_rx_inflight, 1);
-		if (atomic_load(&c->attaching) || (c->state == SC_ATTACHED && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE))) {
-			atomic_fetch_sub(&c->kernel_rx_inflight, 1);
-			while (atomic_load(&c->attaching))
-				sched_yield();
-			continue;
-		}
-		r = dsock_real.recvmsg(fd, m, flags);
-		err = errno;
-		if (r > 0 && !(flags & MSG_PEEK))
-			atomic_fetch_add(&c->pending_read, r);
-		atomic_fetch_sub(&c->kernel_rx_inflight, 1);
-		return r < 0 ? -err : r;
-	}
-	if (m->msg_iovlen > IOV_MAX)
-		return -EMSGSIZE;
-again:
-	if (shm_down_any(c)) {
-		/* back to the kernel (down.c) */
-		int d = shm_down_step(s, fd);
-		if (d < 0)
-			return d;
-		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
-			/* (nothing read yet here); MSG_WAITALL goes on past the
-			 * peer's switch offset, where shm_recv_down stops short */
-			ssize_t r = shm_recv_down(s, fd, m, flags);
-			if (waitall && r > 0 && (size_t)r < total)
-				return shm_recv_down_rest(s, fd, m, (size_t)r, flags);
-			return r;
-		}
-	}
-	if (shm_lock(&c->rx->rx_lock))
-		return shm_fault(s, fd, "lock held forever");
-	m->msg_flags = 0;
-	m->msg_namelen = 0;
-	m->msg_controllen = 0;
-	for (;;) {
-		uint64_t head;
-		int64_t avail;
-
-		if (atomic_load(&c->kfd) >= 0)
-			fd = atomic_load(&c->kfd);
-		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
-			/* the ring is closed for good: what it held comes by the
-			 * kernel (the rest of a MSG_WAITALL too: a short count here
-			 * was tcp4/msg_waitall's "recv waitall 3000 = 2000") */
-			if (got && !waitall)
-				break;
-			hot(c, 0);
-			shm_unlock(&c->rx->rx_lock);
-			if (got)
-				return shm_recv_down_rest(s, fd, m, got, flags);
-			goto again;
-		}
-		/* the lease: before waiting (or reading the kernel), not for data
-		 * already there (rx_leave's lease follows the read anyway) */
-		if (leased || !__atomic_load_n(&c->me->rx_switched, __ATOMIC_RELAXED))
-			hot(c, shm_now_ns() + SPIN_NS);
-		if (!__atomic_load_n(&c->me->rx_switched, __ATOMIC_SEQ_CST)) {
-			ssize_t r = total ? shm_rx_kernel(c, fd, m, got, total - got, flags) : -EAGAIN;
-			if (r > 0) {
-				got += (size_t)r;
-				if (!waitall || got == total)
-					break;
-				continue;
-			}
-			if (r == 0) {
-				eof = 1;
-				break;
-			}
-			if (r != -EAGAIN) {
-				err = (int)r;
-				break;
-			}
-		}
-		avail = rx_avail(c, &head);
-		if (avail < 0) {
-			shm_unlock(&c->rx->rx_lock);
-			return shm_fault(s, fd, "rx indices out of range");
-		}
-		if (total == 0 && avail > 0)
-			break; /* a zero-length recv returns 0 once data is there */
-		if (avail > 0 && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
-			size_t n = total - got < (size_t)avail ? total - got : (size_t)avail;
-			if (spun) {
-				dsock_spin_outcome(1);
-				spun = 0;
-			}
-			ring_copy(c->rxd, c->size, head, m, got, n, 0);
-			got += n;
-			count_ring_use(c);
-			c->rx_reads++;
-			if (!peek) {
-				note_read(c, n);
-				/* release: we are done reading before the space is reused */
-				__atomic_store_n(&c->rx->head, head + n, __ATOMIC_RELEASE);
-				space_freed(c, fd);
-			}
-			if (!waitall || got == total || peek)
-				break;
-			continue;
-		}
-		if (got && !waitall)
-			break;
-		if (!leased) {
-			leased = 1; /* published, then the ring looked at again */
-			continue;
-		}
-		/* nothing now: has the peer finished, or failed?  Asked of the
-		 * kernel when a token is there, when the peer says it is closing,
-		 * at once for a nonblocking call (it returns now), else every
-		 * 20 us while spinning: not on the way into every wait (a
-		 * system call there cost each ping-pong round trip ~0.1-0.3 us
-		 * here); a peer that dies without closing is seen within 20 us,
-		 * or by the kernel sleep below */
-		int64_t t_now = shm_now_ns();
-		if (nb < 0)
-			nb = shm_nonblocking(s, fd, flags);
-		if (next_check < 0)
-			next_check = nb ? 0 : t_now + KCHECK_NS;
-		if (__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) &&
-		    (__atomic_load_n(&c->rx->token, __ATOMIC_RELAXED) || t_now >= next_check ||
-		     __atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE))) {
-			next_check = t_now + KCHECK_NS;
-			char t;
-			ssize_t pk = dsock_real.recv(fd, &t, 1, MSG_PEEK | MSG_DONTWAIT);
-			int k;
-			if (pk > 0) {
-				/* after the switch every kernel byte is a token, whatever
-				 * the flag says (a token can land after its flag was
-				 * cleared): drain them, or the sleep below never sleeps */
-				k = clear_and_drain(c, fd, 1);
-			} else {
-				k = pk == 0 ? 1 : errno != EAGAIN ? -errno : 0;
-			}
-			if (k == 1 || k < 0) {
-				if (rx_avail(c, &head) > 0)
-					continue; /* data came just before the FIN */
-				if (k == 1)
-					eof = 1;
-				else
-					err = k;
-				break;
-			}
-			if (rx_avail(c, &head) > 0)
-				continue;
-		}
-		if (shm_down_asked(c)) {
-			/* answered before any sleep: its token is gone (mid
-			 * MSG_WAITALL too: the peer may wait for the answer before
-			 * it sends the rest) */
-			if (got && !waitall)
-				break;
-			hot(c, 0);
-			shm_unlock(&c->rx->rx_lock);
-			if (!got)
-				goto again;
-			if (shm_down_step(s, fd) < 0 || shm_lock(&c->rx->rx_lock))
-				return (ssize_t)got;
-			continue;
-		}
-		if (nb) {
-			err = -EAGAIN;
-			break;
-		}
-		if (!spin_end) {
-			/* (no probe when there is no spin to shorten) */
-			int64_t budget = dsock_spin_worth() ? dsock_spin_ns : 0;
-			if (budget > SPIN_PURE_NS && dsock_spin_contended(t_now))
-				budget = SPIN_PURE_NS;
-			spin_start = t_now;
-			spin_end = t_now + budget;
-		}
-		if (t_now < spin_end) {
-			/* a few microseconds of pure spinning, then yield on every
-			 * round: with more runnable threads than cores (2 here) the
-			 * peer we wait for may need this very core */
-			if (t_now - spin_start >= SPIN_PURE_NS ||
-			    __atomic_load_n(&c->peer->cpu, __ATOMIC_RELAXED) == (uint32_t)sched_getcpu() + 1) {
-				/* (at once when the peer shares our CPU); a yield that
-				 * let others run means more runnable threads than
-				 * CPUs: then we sleep instead (see ready.h) */
-				if (dsock_spin_yield(t_now))
-					spin_end = t_now;
-			} else {
-				spin_watch(c, head);
-			}
-			spun = 1;
-			continue;
-		}
-		if (spun) {
-			dsock_spin_outcome(0); /* ran out: the sleep was not spared */
-			spun = 0;
-		}
-		/* sleep in the kernel: a token, FIN or RST wakes us; the kernel
-		 * applies SO_RCVTIMEO and signal restart rules exactly as for a
-		 * plain recv, because this is one */
-		atomic_fetch_add(&dsock_sleepers, 1);
-		rx_settle(c, fd);
-		if (rx_avail(c, &head) > 0 || shm_down_asked(c)) {
-			/* (the settle's drain may have taken a hand-over's token:
-			 * the loop answers it above instead of sleeping) */
-			atomic_fetch_sub(&dsock_sleepers, 1);
-			spin_end = 0;
-			continue;
-		}
-		shm_unlock(&c->rx->rx_lock);
-		char t;
-		int64_t wait_start = shm_now_ns();
-		ssize_t r = dsock_real.recv(fd, &t, 1, MSG_PEEK);
-		next_check = 0;
-		int e = errno;
-		atomic_fetch_sub(&dsock_sleepers, 1);
-		dsock_wait_end(wait_start);
-		if (!got && shm_down_any(c) && !(r < 0 && (e == EAGAIN || e == EINTR)))
-			goto again; /* a side asks to go back to the kernel */
-		if (shm_lock(&c->rx->rx_lock))
-			return shm_fault(s, fd, "lock held forever");
-		spin_end = 0;
-		if (r < 0 && (e == EAGAIN || e == EINTR)) {
-			err = -e;
-			break;
-		}
-		/* data, token, EOF or error: look again */
-	}
-	if (c->state == SC_ATTACHED && !__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
-		/* The peer may have switched while we were hot: its first ring
-		 * bytes then came with no token, and once its last kernel byte is
-		 * read the kernel shows nothing.  End the lease, then look (seq_cst
-		 * both sides: it publishes switch_off before any ring byte and
-		 * looks at our lease after each): switched and its kernel bytes
-		 * all read means the ring is ours, to settle as usual.  (The
-		 * soak's stall: the server had read exactly up to the client's
-		 * switch offset and 33,485 bytes sat in its ring unseen.) */
-		hot(c, 0);
-		rx_switch_if_read(c);
-	}
-	if (c->state == SC_ATTACHED && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
-		int k = !eof && !err_is_fatal(err) ? rx_leave(c, fd) : rx_settle(c, fd);
-		if (k < 0 && !got && !eof && !err)
-			err = k;
-	} else {
-		hot(c, 0);
-	}
-	shm_unlock(&c->rx->rx_lock);
-	if (got)
-		return (ssize_t)got;
-	if (eof || (err && err != -EAGAIN))
-		DSOCK_DBG("recv on fd %d: %s (switched %u, peer switch_off %llu, active %d)", fd,
-			  eof ? "EOF" : strerror(-err), c->me->rx_switched,
-			  (unsigned long long)c->peer->switch_off, shm_active(c));
-	return eof ? 0 : err;
-}
-
 int shm_shutdown(struct dsock_sock *s, int fd, int how)
 {
 	struct shm_conn *c = shm_conn(s);
-	int r = dsock_real.shutdown(fd, how);
+	int wr = how == SHUT_WR || how == SHUT_RDWR, was = 0, r;
 
-	if (r < 0)
-		return -errno;
-	/* the kernel FIN travels after every token, so the peer reads the
-	 * ring dry before it sees EOF */
-	if (c && (how == SHUT_WR || how == SHUT_RDWR)) {
-		c->wr_shut = 1;
-		if (c->h)
-			__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
+	/* closing before the FIN: a peer that sees our FIN with `closing`
+	 * clear takes us for dead (recv.c, peer_died_unread).  The kernel FIN
+	 * travels after every token, so the peer reads the ring dry before it
+	 * sees EOF. */
+	if (c && c->h && wr)
+		was = __atomic_exchange_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
+	r = dsock_real.shutdown(fd, how);
+	if (r < 0) {
+		r = -errno;
+		if (c && c->h && wr && !was)
+			__atomic_store_n(&c->me->closing, 0, __ATOMIC_SEQ_CST);
+		return r;
 	}
+	if (c && wr)
+		c->wr_shut = 1;
 	return r;
 }
 
@@ -1588,7 +1262,7 @@ void shm_closing(struct dsock_sock *s, int fd)
 		dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 		return;
 	}
-	hot(c, INT64_MAX); /* no more tokens to us */
+	shm_hot(c, INT64_MAX); /* no more tokens to us */
 	if (__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE))
 		shm_drain_tokens(c, fd, 1);
 }
@@ -1624,6 +1298,17 @@ int shm_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void 
 {
 	struct shm_conn *c = shm_conn(s);
 
+	if (c && set && level == SOL_SOCKET && opt == SO_RCVLOWAT) {
+		/* the kernel applies it to every byte it holds, and would not
+		 * wake a poller for a 1-byte token: back to the kernel, both
+		 * directions, before it takes effect (a failure has reset the
+		 * connection: the next call says so) */
+		if (dsock_real.setsockopt(fd, level, opt, val, *len) < 0)
+			return -errno;
+		if (*len >= (socklen_t)sizeof(int) && *(int *)val > 1)
+			shm_go_back(s, fd, DSOCK_DOWN_RCVLOWAT);
+		return 0;
+	}
 	if (!c || !c->nodelay_saved || level != IPPROTO_TCP || opt != TCP_NODELAY)
 		return -ENOPROTOOPT;
 	if (set) {
@@ -1665,7 +1350,7 @@ int shm_spurious_in(struct dsock_sock *s, int fd)
 		 * queue for a 40 ms ACK: a 64 MiB download from nginx took 0.8 s
 		 * instead of 0.1.  Once the kernel holds no more of the peer's
 		 * data, every byte there is a token. */
-		rx_switch_if_read(c);
+		shm_rx_switch_if_read(c);
 		shm_unlock(&c->rx->rx_lock);
 	}
 	if (!c || c->state != SC_ATTACHED || !__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) ||
@@ -1674,7 +1359,7 @@ int shm_spurious_in(struct dsock_sock *s, int fd)
 	/* only tokens: every byte here is one, and no FIN or error follows */
 	n = dsock_real.recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
 	if (n > 0) {
-		int k = clear_and_drain(c, fd, 1);
+		int k = shm_clear_and_drain(c, fd, 1);
 		int64_t avail = rx_avail(c, &head);
 		n = k == 0 && avail == 0 ? 1 : 0;
 		/* data came in meanwhile, and its token may have gone down the
@@ -1682,6 +1367,8 @@ int shm_spurious_in(struct dsock_sock *s, int fd)
 		if (avail > 0)
 			dsock_hidden_set(c->sock, &c->unbacked, 1);
 	} else {
+		if (n < 0 && errno != EAGAIN)
+			shm_stash_err(c, errno); /* the receive reports it */
 		n = 0; /* EOF or error: real */
 	}
 	shm_unlock(&c->rx->rx_lock);

@@ -25,9 +25,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#define DOWN_WAIT_NS 2000000000LL /* the peer answers within this, or we reset */
-
-static void nap(long ns)
+void shm_nap(long ns)
 {
 	struct timespec ts = { 0, ns };
 	nanosleep(&ts, NULL);
@@ -35,7 +33,7 @@ static void nap(long ns)
 
 /* A lock of the peer's, tried (two sides going back at once would each
  * hold their own and wait for the other's); a dead holder's is taken. */
-static int trylock_peer(uint32_t *w, int round)
+int shm_trylock_peer(uint32_t *w, int round)
 {
 	if (shm_trylock(w))
 		return 1;
@@ -44,21 +42,25 @@ static int trylock_peer(uint32_t *w, int round)
 	return 0;
 }
 
-/* Sends the ring bytes [head, head + n) on the kernel socket, without
- * blocking (we hold locks the peer may need to read them).  The socket has
- * carried only tokens, so its buffer is nearly empty; it is grown once for
- * a large ring.  0, or -errno (a short send leaves the stream broken: the
- * caller resets). */
-static int send_backlog(struct shm_conn *c, int fd, uint64_t head, uint64_t n)
+/* Sends n bytes on the kernel socket fd without blocking (we hold locks
+ * the peer may need to read them): from the ring `ring` at index head, or
+ * from buf when ring is NULL.  The socket has carried only tokens, so its
+ * buffer is nearly empty; it is grown once for a large ring.  0, or
+ * -errno (a short send leaves the stream broken: the caller resets). */
+int shm_send_backlog(struct shm_conn *c, int fd, const unsigned char *ring, const unsigned char *buf,
+		     uint64_t head, uint64_t n)
 {
 	int grown = 0;
 
 	while (n) {
-		size_t pos = (size_t)(head & (c->size - 1));
-		size_t run = c->size - pos < n ? c->size - pos : (size_t)n;
-		ssize_t r = dsock_real.send(fd, c->txd + pos, run, MSG_DONTWAIT | MSG_NOSIGNAL);
+		size_t pos = ring ? (size_t)(head & (c->size - 1)) : 0;
+		size_t run = ring ? (c->size - pos < n ? c->size - pos : (size_t)n) : (size_t)n;
+		const unsigned char *p = ring ? ring + pos : buf;
+		ssize_t r = dsock_real.send(fd, p, run, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (r > 0) {
 			head += (uint64_t)r;
+			if (!ring)
+				buf += r;
 			n -= (uint64_t)r;
 			continue;
 		}
@@ -88,7 +90,7 @@ static int send_backlog(struct shm_conn *c, int fd, uint64_t head, uint64_t n)
  * peer with a last token; the peer's writers look for our move under
  * their tx lock (sendmsg_in, shm_sendmsg_solo) and move theirs, with
  * their ring still empty, before they write again. */
-static int tx_down(struct shm_conn *c, int fd, int asleep)
+int shm_tx_down(struct shm_conn *c, int fd, int asleep)
 {
 	int r = 0, first = 0;
 
@@ -99,7 +101,7 @@ static int tx_down(struct shm_conn *c, int fd, int asleep)
 			shm_unlock(&c->rx->rx_lock);
 			return -EAGAIN;
 		}
-		if (trylock_peer(&c->tx->rx_lock, round)) {
+		if (shm_trylock_peer(&c->tx->rx_lock, round)) {
 			/* (the peer moves under the lock we now hold) */
 			first = asleep && !__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE);
 			if (!first || (!shm_shared(c) && shm_peer_tx_trylock(c)))
@@ -116,7 +118,7 @@ static int tx_down(struct shm_conn *c, int fd, int asleep)
 		if (round < 64)
 			sched_yield();
 		else
-			nap(20000);
+			shm_nap(20000);
 	}
 	if (!__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
 		uint64_t head = __atomic_load_n(&c->tx->head, __ATOMIC_ACQUIRE);
@@ -138,7 +140,7 @@ static int tx_down(struct shm_conn *c, int fd, int asleep)
 		else if (n && __atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE))
 			r = -EPIPE; /* our FIN is out: no byte can follow it */
 		else if (n)
-			r = send_backlog(c, fd, head, n);
+			r = shm_send_backlog(c, fd, c->txd, NULL, head, n);
 		if (!r) {
 			__atomic_store_n(&c->me->down_off, (uint64_t)k, __ATOMIC_RELAXED);
 			__atomic_store_n(&c->me->down_sent, 1, __ATOMIC_SEQ_CST);
@@ -158,7 +160,7 @@ out:
 /* The peer's stream, for us: data before its switch, tokens up to its
  * down_off, then plain.  Its offsets as we use them (a switch offset past
  * down_off breaks the rules and is cut to it). */
-static void peer_offsets(struct shm_conn *c, uint64_t *sw, uint64_t *dn, uint64_t *kr)
+void shm_peer_offsets(struct shm_conn *c, uint64_t *sw, uint64_t *dn, uint64_t *kr)
 {
 	*dn = __atomic_load_n(&c->peer->down_off, __ATOMIC_RELAXED);
 	*sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE);
@@ -177,7 +179,7 @@ static int rx_plain(struct shm_conn *c)
 		return 0;
 	if (__atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE)
 		return 1; /* it never sent a token */
-	peer_offsets(c, &sw, &dn, &kr);
+	shm_peer_offsets(c, &sw, &dn, &kr);
 	return kr >= dn;
 }
 
@@ -185,24 +187,31 @@ static int rx_plain(struct shm_conn *c)
  * past its switch offset, its down_off published: the drain stops there).
  * Returns 1 when none is left, 2 at EOF (the stream ends here), 0 if some
  * are still to come, or -errno. */
-static int discard_tokens(struct shm_conn *c, int fd)
+int shm_discard_tokens(struct shm_conn *c, int fd)
 {
 	uint64_t sw, dn, kr;
 	int r = shm_drain_tokens(c, fd, 1);
 
-	peer_offsets(c, &sw, &dn, &kr);
+	shm_peer_offsets(c, &sw, &dn, &kr);
 	return r < 0 ? r : kr >= dn ? 1 : r == 1 ? 2 : 0;
 }
 
-/* Why the connection goes back: a hand-over if either side asks for one
- * (or asks in a way we do not know), else its consumers sleep. */
+/* Why the connection goes back, for `dsock stat`: a hand-over if either
+ * side asks for one (or asks in a way we do not know), else urgent data,
+ * else SO_RCVLOWAT, else its consumers sleep. */
 static unsigned down_reason(struct shm_conn *c)
 {
 	uint32_t a = __atomic_load_n(&c->me->down_req, __ATOMIC_ACQUIRE);
 	uint32_t b = __atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE);
+	static const unsigned rank[] = { [DSOCK_DOWN_ASLEEP] = 1, [DSOCK_DOWN_RCVLOWAT] = 2,
+					 [DSOCK_DOWN_URGENT] = 3, [DSOCK_DOWN_HANDOVER] = 4 };
+	static const unsigned why[] = { DSOCK_R_HANDED_OVER, DSOCK_R_ASLEEP, DSOCK_R_RCVLOWAT, DSOCK_R_URGENT,
+					DSOCK_R_HANDED_OVER };
+	unsigned ra = a < sizeof(rank) / sizeof(rank[0]) ? rank[a] : 4;
+	unsigned rb = b < sizeof(rank) / sizeof(rank[0]) ? rank[b] : 4;
 
-	return (a == DSOCK_DOWN_ASLEEP || !a) && (b == DSOCK_DOWN_ASLEEP || !b) && (a || b) ?
-		       DSOCK_R_ASLEEP : DSOCK_R_HANDED_OVER;
+	/* (neither asks: the peer went back unasked, as a hand-over does) */
+	return why[ra > rb ? ra : rb];
 }
 
 int shm_down_answer(struct dsock_sock *s, int fd)
@@ -222,7 +231,7 @@ int shm_down_answer(struct dsock_sock *s, int fd)
 	 * stream, and a peer whose consumers sleep needs no answer */
 	if (why == DSOCK_R_ASLEEP && __atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE))
 		return 0;
-	r = tx_down(c, fd, why == DSOCK_R_ASLEEP);
+	r = shm_tx_down(c, fd, why == DSOCK_R_ASLEEP);
 	if (r == -EAGAIN)
 		return 0; /* busy: the next call answers */
 	if (r) {
@@ -255,77 +264,6 @@ int shm_down_step(struct dsock_sock *s, int fd)
 	return 0;
 }
 
-static int handover_failed(struct dsock_sock *s, int fd, const char *why)
-{
-	DSOCK_WARN("connection on fd %d reset: it goes to a program without dsock, and %s", fd, why);
-	return shm_reset(s, fd, DSOCK_R_HANDOVER_RESET);
-}
-
-int shm_handover(struct dsock_sock *s, int fd)
-{
-	struct shm_conn *c = shm_conn(s);
-	int64_t end = shm_now_ns() + DOWN_WAIT_NS;
-	int r, never = 0;
-
-	if (!c)
-		return 0;
-	if (c->state != SC_ATTACHED) {
-		c->refuse = 1; /* a pairing still to come is refused: the kernel keeps it */
-		return 0;
-	}
-	__atomic_store_n(&c->me->down_req, DSOCK_DOWN_HANDOVER, __ATOMIC_SEQ_CST);
-	/* a peer asleep in a receive or a poller wakes and answers */
-	shm_wake_peer(c, fd);
-	while ((r = tx_down(c, fd, 0)) == -EAGAIN && shm_now_ns() < end)
-		nap(20000);
-	if (r)
-		return handover_failed(s, fd, "our ring could not move back to the kernel");
-	for (int i = 0; !__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE); i++) {
-		/* a peer that never switched never will (it looks for our
-		 * request under its tx lock): its stream is plain already */
-		if (__atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE &&
-		    shm_peer_tx_trylock(c)) {
-			never = __atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE;
-			shm_unlock(&c->rx->tx_lock);
-			if (never)
-				break;
-		}
-		if (shm_now_ns() > end)
-			return handover_failed(s, fd, "its peer did not answer within 2 s");
-		if (i < 100)
-			sched_yield();
-		else
-			nap(100000);
-	}
-	if (never)
-		return 0;
-	/* the peer's tokens must not reach the new holder */
-	if (shm_lock(&c->rx->rx_lock))
-		return handover_failed(s, fd, "our receive lock is held");
-	for (;;) {
-		uint64_t sw, dn, kr;
-		peer_offsets(c, &sw, &dn, &kr);
-		if (kr < sw && dn > sw) {
-			shm_unlock(&c->rx->rx_lock);
-			return handover_failed(s, fd, "unread data lies ahead of wake-up tokens");
-		}
-		r = kr < sw ? 1 : discard_tokens(c, fd);
-		if (r)
-			break;
-		shm_unlock(&c->rx->rx_lock);
-		if (shm_now_ns() > end)
-			return handover_failed(s, fd, "its peer's wake-up tokens did not arrive");
-		nap(20000);
-		if (shm_lock(&c->rx->rx_lock))
-			return handover_failed(s, fd, "our receive lock is held");
-	}
-	shm_unlock(&c->rx->rx_lock);
-	if (r < 0)
-		return handover_failed(s, fd, strerror(-r));
-	dsock_hidden_set(c->sock, &c->unbacked, 0);
-	return 0;
-}
-
 ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 {
 	struct shm_conn *c = shm_conn(s);
@@ -345,7 +283,7 @@ ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 			return r < 0 ? -errno : r;
 		}
 		m->msg_flags = 0;
-		peer_offsets(c, &sw, &dn, &kr);
+		shm_peer_offsets(c, &sw, &dn, &kr);
 		if (kr < sw) {
 			/* data the peer sent before its switch (a short count at
 			 * this one boundary: a MSG_WAITALL caller goes on with
@@ -358,7 +296,7 @@ ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 			if (r != -EAGAIN)
 				return r;
 		} else {
-			r = discard_tokens(c, fd);
+			r = shm_discard_tokens(c, fd);
 			shm_unlock(&c->rx->rx_lock);
 			if (r < 0)
 				return r;
@@ -413,7 +351,7 @@ long shm_readable_down(struct shm_conn *c, int fd)
 		return 0;
 	if (rx_plain(c))
 		return inq;
-	peer_offsets(c, &sw, &dn, &kr);
+	shm_peer_offsets(c, &sw, &dn, &kr);
 	if (kr < sw)
 		return sw - kr < (uint64_t)inq ? (long)(sw - kr) : inq;
 	return (uint64_t)inq > dn - kr ? (long)((uint64_t)inq - (dn - kr)) : 0;
@@ -427,9 +365,9 @@ static void discard_if_read(struct shm_conn *c, int fd)
 
 	if (rx_plain(c))
 		return;
-	peer_offsets(c, &sw, &dn, &kr);
+	shm_peer_offsets(c, &sw, &dn, &kr);
 	if (kr >= sw)
-		discard_tokens(c, fd);
+		shm_discard_tokens(c, fd);
 }
 
 void shm_down_discard(struct shm_conn *c, int fd)

@@ -32,7 +32,9 @@ enum { SC_OFFER_DUE = 1, SC_PENDING, SC_ATTACHED };
 struct shm_conn {
 	_Atomic int state;   /* SC_*: any thread of ours may look */
 	_Atomic int offering; /* a thread is offering (OFFER_DUE) */
-	int refuse;          /* forked or exec'ed while pending: refuse pairing */
+	int refuse;          /* refuse the pairing, why (a DSOCK_R_*): forked or
+			      * exec'ed while pending, or an option the ring
+			      * cannot carry (SO_RCVLOWAT); 0: no */
 	int calls;           /* OFFER_DUE: data calls so far (offering thread) */
 	_Atomic int64_t early_sent; /* bytes sent on the kernel before the offer
 				     * (under mu; the calibration subtracts them) */
@@ -88,6 +90,9 @@ struct shm_conn {
 	_Atomic int64_t pending_read; /* bytes PENDING reads consumed (one
 				       * process: a fork refuses the pairing) */
 	_Atomic int attaching; /* an attach is deciding: PENDING kernel reads wait */
+	int pend_err;         /* a kernel error our own look took (the kernel
+			       * reports one once): for the next receive that
+			       * finds the ring dry (recv.c, shm_stash_err) */
 	_Atomic int kfd;      /* a private dup of the socket, made when the
 			       * application closes it under a call in flight */
 	pthread_mutex_t mu;  /* PENDING-state sends and state changes */
@@ -272,10 +277,41 @@ static inline int shm_shared(const struct shm_conn *c)
 int shm_down_step(struct dsock_sock *s, int fd);
 /* The same without leaving the transport (close). */
 int shm_down_answer(struct dsock_sock *s, int fd);
-/* fd leaves for a holder without dsock: both directions back on the
- * kernel first (asking the peer, at most 2 s).  0, or -ECONNRESET when it
- * could not be made exact (connection reset, logged). */
+/* Moves our sending back to the kernel for good (the three locks of
+ * down.c held meanwhile).  0, -EAGAIN (not now: try again), or -errno.
+ * asleep: the move of a connection whose consumers sleep (one try, both
+ * rings empty, a last token), else a hand-over's (waits for the peer's
+ * rx lock, sends again what the ring holds). */
+int shm_tx_down(struct shm_conn *c, int fd, int asleep);
+/* Sends n bytes on fd without blocking, from the ring `ring` at index
+ * head, or from buf when ring is NULL (the socket's buffer grown once if
+ * need be).  0 or -errno. */
+int shm_send_backlog(struct shm_conn *c, int fd, const unsigned char *ring, const unsigned char *buf,
+		     uint64_t head, uint64_t n);
+/* The peer's stream as we read it: its switch offset, its down_off (a
+ * switch offset past it is cut to it) and our kernel bytes read. */
+void shm_peer_offsets(struct shm_conn *c, uint64_t *sw, uint64_t *dn, uint64_t *kr);
+/* Discards the peer's tokens in our kernel socket (rx lock held, past its
+ * switch offset, its down_off published): 1 when none is left, 2 at EOF,
+ * 0 if some are still to come, or -errno. */
+int shm_discard_tokens(struct shm_conn *c, int fd);
+/* A lock of the peer's, tried (two sides going back at once would each
+ * hold their own and wait for the other's); a dead holder's is taken
+ * every 64th round. */
+int shm_trylock_peer(uint32_t *w, int round);
+void shm_nap(long ns);
+/* handover.c: fd leaves for a holder without dsock: both directions back
+ * on the kernel first, the peer's with its socket lent by the daemon
+ * where it may (no answer needed), else by the peer's answer (at most
+ * 2 s).  0, or -ECONNRESET when it could not be made exact (connection
+ * reset, logged). */
 int shm_handover(struct dsock_sock *s, int fd);
+/* Both directions back to the kernel for a feature the ring cannot carry
+ * (why: DSOCK_DOWN_URGENT, DSOCK_DOWN_RCVLOWAT): ours now, the peer's now
+ * too where the daemon lends its socket, else at its next call (it looks
+ * for our request before every ring byte).  A connection not attached yet
+ * is refused its pairing instead.  0, or -ECONNRESET (reset, logged). */
+int shm_go_back(struct dsock_sock *s, int fd, uint32_t why);
 /* Receiving once the peer's sending is back on the kernel. */
 ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
 /* The rest of a MSG_WAITALL receive that had read got bytes (no lock
@@ -292,6 +328,38 @@ long shm_readable_down(struct shm_conn *c, int fd);
  * whose consumers sleep switches to send its last token (tx_down). */
 void shm_down_discard(struct shm_conn *c, int fd);
 int shm_spurious_down(struct shm_conn *c, int fd);
+
+/* data.c, for recv.c: the consumer's side of the rings (rx lock held
+ * unless said otherwise). */
+/* Sets our lease as consumer until `until` (CLOCK_MONOTONIC ns); 0 ends
+ * it (then a full fence, and a membarrier if it was skippable, before the
+ * caller looks at the ring). */
+void shm_hot(struct shm_conn *c, int64_t until);
+/* Leaving the consumer side: keeps the kernel's readiness honest (a token
+ * backs every non-empty ring, or the data is marked hidden).  1 on kernel
+ * EOF, -errno on a kernel error, else 0. */
+int shm_rx_settle(struct shm_conn *c, int fd);
+/* The same, keeping a lingering lease where it may.  Returns as settle. */
+int shm_rx_leave(struct shm_conn *c, int fd);
+/* A ring read of n bytes (not a peek): the asleep score, the test knob. */
+void shm_note_read(struct shm_conn *c, size_t n);
+/* After a ring read freed space: wakes a producer waiting for it. */
+void shm_space_freed(struct shm_conn *c, int fd);
+/* A token flag is set (a token may be in our kernel socket). */
+int shm_tokens_flagged(struct shm_conn *c);
+/* Clears both token flags, then drains as shm_drain_tokens. */
+int shm_clear_and_drain(struct shm_conn *c, int fd, int to_end);
+/* This connection moved bytes through a ring (counted once). */
+void shm_count_ring_use(struct shm_conn *c);
+/* A spinning receiver's wait for its next look (no lock needed). */
+void shm_spin_watch(struct shm_conn *c, uint64_t head);
+int shm_err_is_fatal(int err);
+/* recv.c: keeps kernel error e (positive; EAGAIN and EINTR are none) that
+ * one of our looks at the socket took, for the application's next receive. */
+void shm_stash_err(struct shm_conn *c, int e);
+/* recv.c: the peer has switched and every kernel byte it sent before is
+ * read: the ring is ours to read from now on (rx lock held). */
+void shm_rx_switch_if_read(struct shm_conn *c);
 
 /* Lingering leases (data.c).  A receiver leaves its connection "hot" for a
  * moment after a recv, so a producer sending meanwhile skips the wake-up

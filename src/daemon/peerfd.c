@@ -1,0 +1,134 @@
+/* Lending the other end of a paired socket to the hander of a hand-over
+ * (PEER_REQ in common/proto.h).  A connection on the rings that goes to a
+ * holder without dsock goes back to the kernel in both directions first;
+ * the peer's direction needs the peer's kernel socket, and a peer that is
+ * asleep, computing or stopped cannot lend it in time.  The daemon finds
+ * a process holding that socket (the one that paired it, then every
+ * registered process that knows the socket's id: fork children inherit
+ * it), takes a copy with pidfd_getfd and checks it is that very socket
+ * (SO_COOKIE, never reused).  pidfd_getfd needs ptrace access to the
+ * holder: root's CAP_SYS_PTRACE, or the holder's user with a dumpable
+ * process and no stricter Yama policy.  Without it the answer is EPERM and
+ * the hander waits for the peer's own answer instead (down.c). */
+#include "daemon/peerfd.h"
+#include "daemon/pairing.h"
+#include "daemon/registry.h"
+#include "common/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
+/* Fd n of the process is the socket with this inode and cookie: a copy of
+ * it, or -1 (*err EPERM when taking it was refused). */
+static int try_fd(int pidfd, pid_t pid, int n, ino_t ino, uint64_t cookie, int *err)
+{
+	char path[64], link[64], want[48];
+	uint64_t got = 0;
+	socklen_t kl = sizeof(got);
+	ssize_t l;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, n);
+	snprintf(want, sizeof(want), "socket:[%llu]", (unsigned long long)ino);
+	l = readlink(path, link, sizeof(link) - 1);
+	if (l < 0 || (size_t)l != strlen(want) || memcmp(link, want, (size_t)l))
+		return -1;
+	fd = (int)syscall(SYS_pidfd_getfd, pidfd, n, 0);
+	if (fd < 0) {
+		if (errno == EPERM || errno == EACCES)
+			*err = EPERM;
+		return -1;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_COOKIE, &got, &kl) < 0 || got != cookie) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* The socket from process pid: fd `guess` first, then every fd. */
+static int from_proc(pid_t pid, int guess, const struct dd_peer_id *id, uid_t asker, int *err)
+{
+	char dir[32];
+	struct stat st;
+	int pidfd, fd = -1;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "/proc/%d", (int)pid);
+	if (stat(dir, &st) < 0)
+		return -1;
+	if (asker != 0 && st.st_uid != asker) {
+		*err = EPERM; /* another user's socket: never lent */
+		return -1;
+	}
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pidfd < 0)
+		return -1;
+	if (guess >= 0)
+		fd = try_fd(pidfd, pid, guess, id->ino, id->cookie, err);
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	if (fd < 0 && *err != EPERM && (d = opendir(dir))) {
+		for (struct dirent *e; fd < 0 && *err != EPERM && (e = readdir(d));) {
+			char *end;
+			long n = strtol(e->d_name, &end, 10);
+			if (*end || end == e->d_name || n == guess)
+				continue;
+			fd = try_fd(pidfd, pid, (int)n, id->ino, id->cookie, err);
+		}
+		closedir(d);
+	}
+	close(pidfd);
+	return fd;
+}
+
+/* The fd the process last told us for socket id, or -1. */
+static int told_fd(const struct dd_proc *p, uint64_t id)
+{
+	for (size_t i = 0; i < p->nsocks; i++)
+		if (p->socks[i].id == id)
+			return p->socks[i].fd;
+	return -1;
+}
+
+int dd_peer_socket(int fd, uid_t asker, int *err)
+{
+	struct dd_peer_id id;
+	int r, found_eperm = 0;
+
+	*err = ENOENT;
+	if ((r = dd_pairing_peer_of(fd, &id)) < 0) {
+		*err = -r;
+		return -1;
+	}
+	if (id.proc) {
+		int e = 0, pfd = from_proc(id.proc->pid, told_fd(id.proc, id.sock_id), &id, asker, &e);
+		if (pfd >= 0)
+			return pfd;
+		found_eperm |= e == EPERM;
+	}
+	for (const struct dd_proc *p = dd_proc_first(); p; p = p->next) {
+		int e = 0, guess;
+		if (p == id.proc || (guess = told_fd(p, id.sock_id)) < 0)
+			continue;
+		int pfd = from_proc(p->pid, guess, &id, asker, &e);
+		if (pfd >= 0)
+			return pfd;
+		found_eperm |= e == EPERM;
+	}
+	*err = found_eperm ? EPERM : ENOENT;
+	return -1;
+}

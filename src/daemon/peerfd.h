@@ -1,0 +1,15 @@
+/* Lending the other end of a paired socket to the hander of a hand-over
+ * (PEER_REQ in common/proto.h). */
+#ifndef DSOCKD_PEERFD_H
+#define DSOCKD_PEERFD_H
+
+#include <sys/types.h>
+
+/* The peer's kernel socket of the live pairing that fd (the asker's end)
+ * belongs to, taken from a process that holds it, or -1 with *err set:
+ * ENOENT (no live pairing, or no process found holding the peer's
+ * socket), EPERM (the daemon may not take it from there, or the asker,
+ * neither root nor that process's user, may not have it). */
+int dd_peer_socket(int fd, uid_t asker, int *err);
+
+#endif

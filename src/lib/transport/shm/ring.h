@@ -1,0 +1,72 @@
+/* The shm transport's ring helpers and spin constants, shared by its data
+ * files (data.c: send, tokens, leases; recv.c: receive).  Inline: they sit
+ * on every send and receive. */
+#ifndef DSOCK_SHM_RING_H
+#define DSOCK_SHM_RING_H
+
+#include "lib/transport/shm/shm.h"
+
+#include <string.h>
+#include <sys/socket.h>
+
+#define SPIN_NS 50000 /* a receiver's lease while in recv (its spin: dsock_spin_ns) */
+#define SHORT_LEASE_NS 50000 /* the longest lease under contention (see rx_leave) */
+#define SPIN_PURE_NS 2000 /* of which this long without yielding */
+#define SPIN_WATCH 64 /* pauses between a spinning receiver's full looks */
+#define KCHECK_NS 20000 /* a spinning receiver asks the kernel for FIN/RST */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static inline size_t iov_total(const struct msghdr *m)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < m->msg_iovlen; i++)
+		n += m->msg_iov[i].iov_len;
+	return n;
+}
+
+/* Bytes readable in the rx ring, or -1 if the peer broke the rules. */
+static inline int64_t rx_avail(struct shm_conn *c, uint64_t *head)
+{
+	uint64_t h = __atomic_load_n(&c->rx->head, __ATOMIC_RELAXED);
+	uint64_t t = __atomic_load_n(&c->rx->tail, __ATOMIC_ACQUIRE); /* data before tail */
+
+	*head = h;
+	return t - h <= c->size ? (int64_t)(t - h) : -1;
+}
+
+/* Copies n bytes between the ring at index idx and an iovec at offset off. */
+static inline void ring_copy(unsigned char *ring, uint32_t size, uint64_t idx, const struct msghdr *m,
+		      size_t off, size_t n, int to_ring)
+{
+	size_t i = 0;
+
+	while (i < m->msg_iovlen && off >= m->msg_iov[i].iov_len)
+		off -= m->msg_iov[i++].iov_len;
+	while (n && i < m->msg_iovlen) {
+		size_t chunk = m->msg_iov[i].iov_len - off;
+		unsigned char *p = (unsigned char *)m->msg_iov[i].iov_base + off;
+		if (chunk > n)
+			chunk = n;
+		for (size_t done = 0; done < chunk;) {
+			size_t pos = (size_t)((idx + done) & (size - 1));
+			size_t run = size - pos < chunk - done ? size - pos : chunk - done;
+			if (to_ring)
+				memcpy(ring + pos, p + done, run);
+			else
+				memcpy(p + done, ring + pos, run);
+			done += run;
+		}
+		idx += chunk;
+		n -= chunk;
+		off = 0;
+		i++;
+	}
+}
+
+#endif
