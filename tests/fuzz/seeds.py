@@ -8,7 +8,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAGIC, VERSION = 0x4B435344, 1
-HELLO, SOCK_EVENT, STAT_REQ, SHUTDOWN, OFFER = 1, 2, 3, 6, 9
+HELLO, SOCK_EVENT, STAT_REQ, SHUTDOWN, OFFER, PEER_REQ = 1, 2, 3, 6, 9, 13
 
 
 def msg(mtype, payload=b"", seq=1):
@@ -32,6 +32,10 @@ def offer(sid=1, role=1):
     return msg(OFFER, struct.pack("<QII", sid, role, 0))
 
 
+def peer_req(sid=1):
+    return msg(PEER_REQ, struct.pack("<Q", sid))
+
+
 # proto records: ctl (bits 0-1 client, bit 2 fd, bits 3-4 fd kind, bit 5
 # repair header, bit 6 root), length, bytes
 def rec(data, slot=0, fd_kind=None, root=False):
@@ -50,6 +54,11 @@ PROTO = {
     "pair": rec(hello(), slot=0, fd_kind=MAIL) + rec(hello(), slot=1, fd_kind=MAIL)
     + rec(offer(1, 1), slot=0, fd_kind=PEER) + rec(offer(2, 2), slot=1, fd_kind=CONN),
     "offer-listener": rec(hello(), fd_kind=MAIL) + rec(offer(), fd_kind=LISTEN),
+    # a hand-over's request for the peer's socket, after a pairing and on a
+    # connection with no HELLO
+    "peer-req": rec(hello(), slot=0, fd_kind=MAIL) + rec(hello(), slot=1, fd_kind=MAIL)
+    + rec(offer(1, 1), slot=0, fd_kind=PEER) + rec(offer(2, 2), slot=1, fd_kind=CONN)
+    + rec(peer_req(1), slot=0, fd_kind=PEER) + rec(peer_req(9), slot=2, fd_kind=CONN),
     "stat": rec(hello(), slot=0, fd_kind=MAIL) + rec(sock_event(), slot=0) + rec(msg(STAT_REQ), slot=1)
     + rec(msg(STAT_REQ), slot=2, root=True),
     "shutdown": rec(msg(SHUTDOWN), slot=3) + rec(msg(SHUTDOWN), slot=2, root=True),
