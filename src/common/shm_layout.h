@@ -67,7 +67,7 @@ struct dsock_shm_side {
 			       * down_off and down_sent are this side's, or the
 			       * peer's when it moves this side's sending for
 			       * it, under this side's locks (a hand-over the
-			       * peer makes alone: down.c, peer_down) */
+			       * peer makes alone: handover.c, peer_down) */
 	int64_t tx_base;      /* the kernel's sent-byte counter of this side's
 			       * socket at the stream's first byte (attach):
 			       * what the peer needs to count this side's

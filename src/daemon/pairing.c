@@ -52,6 +52,7 @@ struct dd_live {
 	uint64_t sid[2];
 	uint64_t cookie[2];
 	ino_t ino[2];
+	struct dsock_addr local[2]; /* each socket's own address */
 	int memfd;
 	struct dd_live *next;
 };
@@ -277,10 +278,12 @@ static void pair(struct dd_offer *a, struct dd_offer *b)
 	rec->sid[0] = s0->sock_id;
 	rec->cookie[0] = s0->cookie;
 	rec->ino[0] = s0->ino;
+	rec->local[0] = s0->local;
 	rec->proc[1] = s1->to.proc;
 	rec->sid[1] = s1->sock_id;
 	rec->cookie[1] = s1->cookie;
 	rec->ino[1] = s1->ino;
+	rec->local[1] = s1->local;
 	rec->memfd = memfd;
 	rec->next = live;
 	live = rec;
@@ -401,6 +404,8 @@ int dd_pairing_peer_of(int fd, struct dd_peer_id *out)
 				out->sock_id = x->sid[1 - i];
 				out->cookie = x->cookie[1 - i];
 				out->ino = x->ino[1 - i];
+				out->local = x->local[1 - i];
+				out->peer = x->local[i];
 				return 0;
 			}
 	return -ENOENT;

@@ -39,6 +39,7 @@ struct dd_peer_id {
 	uint64_t sock_id;
 	uint64_t cookie;
 	ino_t ino;
+	struct dsock_addr local, peer; /* its address, and its peer's */
 };
 int dd_pairing_peer_of(int fd, struct dd_peer_id *out);
 /* Forgets the offers of a process that left. */

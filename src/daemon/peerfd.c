@@ -4,12 +4,12 @@
  * the peer's direction needs the peer's kernel socket, and a peer that is
  * asleep, computing or stopped cannot lend it in time.  The daemon finds
  * a process holding that socket (the one that paired it, then every
- * registered process that knows the socket's id: fork children inherit
- * it), takes a copy with pidfd_getfd and checks it is that very socket
- * (SO_COOKIE, never reused).  pidfd_getfd needs ptrace access to the
+ * registered process that told it of a socket with the same addresses:
+ * fork children, an exec'd program), takes a copy with pidfd_getfd and
+ * checks it is that very socket (SO_COOKIE, never reused).  pidfd_getfd needs ptrace access to the
  * holder: root's CAP_SYS_PTRACE, or the holder's user with a dumpable
  * process and no stricter Yama policy.  Without it the answer is EPERM and
- * the hander waits for the peer's own answer instead (down.c). */
+ * the hander waits for the peer's own answer instead (handover.c). */
 #include "daemon/peerfd.h"
 #include "daemon/pairing.h"
 #include "daemon/registry.h"
@@ -45,6 +45,8 @@ static int try_fd(int pidfd, pid_t pid, int n, ino_t ino, uint64_t cookie, int *
 	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, n);
 	snprintf(want, sizeof(want), "socket:[%llu]", (unsigned long long)ino);
 	l = readlink(path, link, sizeof(link) - 1);
+	if (l < 0 && (errno == EACCES || errno == EPERM))
+		*err = EPERM;
 	if (l < 0 || (size_t)l != strlen(want) || memcmp(link, want, (size_t)l))
 		return -1;
 	fd = (int)syscall(SYS_pidfd_getfd, pidfd, n, 0);
@@ -60,8 +62,8 @@ static int try_fd(int pidfd, pid_t pid, int n, ino_t ino, uint64_t cookie, int *
 	return fd;
 }
 
-/* The socket from process pid: fd `guess` first, then every fd. */
-static int from_proc(pid_t pid, int guess, const struct dd_peer_id *id, uid_t asker, int *err)
+/* The socket from process pid: fd `guess` first, then (scan) every fd. */
+static int from_proc(pid_t pid, int guess, int scan, const struct dd_peer_id *id, uid_t asker, int *err)
 {
 	char dir[32];
 	struct stat st;
@@ -81,7 +83,7 @@ static int from_proc(pid_t pid, int guess, const struct dd_peer_id *id, uid_t as
 	if (guess >= 0)
 		fd = try_fd(pidfd, pid, guess, id->ino, id->cookie, err);
 	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
-	if (fd < 0 && *err != EPERM && (d = opendir(dir))) {
+	if (fd < 0 && scan && *err != EPERM && (d = opendir(dir))) {
 		for (struct dirent *e; fd < 0 && *err != EPERM && (e = readdir(d));) {
 			char *end;
 			long n = strtol(e->d_name, &end, 10);
@@ -95,11 +97,19 @@ static int from_proc(pid_t pid, int guess, const struct dd_peer_id *id, uid_t as
 	return fd;
 }
 
-/* The fd the process last told us for socket id, or -1. */
-static int told_fd(const struct dd_proc *p, uint64_t id)
+static int same(const struct dsock_addr *a, const struct dsock_addr *b)
+{
+	return a->port == b->port && !memcmp(a->addr, b->addr, 16);
+}
+
+/* The fd the process last told us for a socket with the peer's addresses
+ * (not its id: ids are numbered per process, and an exec'd program that
+ * adopted it numbers it anew), or -1.  Another namespace's socket with the
+ * same addresses fails the cookie check. */
+static int told_fd(const struct dd_proc *p, const struct dd_peer_id *id)
 {
 	for (size_t i = 0; i < p->nsocks; i++)
-		if (p->socks[i].id == id)
+		if (p->socks[i].fd >= 0 && same(&p->socks[i].local, &id->local) && same(&p->socks[i].peer, &id->peer))
 			return p->socks[i].fd;
 	return -1;
 }
@@ -114,17 +124,20 @@ int dd_peer_socket(int fd, uid_t asker, int *err)
 		*err = -r;
 		return -1;
 	}
+	/* the process that paired it: its told fd, else each of its fds */
 	if (id.proc) {
-		int e = 0, pfd = from_proc(id.proc->pid, told_fd(id.proc, id.sock_id), &id, asker, &e);
+		int e = 0, pfd = from_proc(id.proc->pid, told_fd(id.proc, &id), 1, &id, asker, &e);
 		if (pfd >= 0)
 			return pfd;
 		found_eperm |= e == EPERM;
 	}
+	/* others that know it (fork children): their told fd only, so that
+	 * the daemon, one thread, never reads every fd of every process */
 	for (const struct dd_proc *p = dd_proc_first(); p; p = p->next) {
 		int e = 0, guess;
-		if (p == id.proc || (guess = told_fd(p, id.sock_id)) < 0)
+		if (p == id.proc || (guess = told_fd(p, &id)) < 0)
 			continue;
-		int pfd = from_proc(p->pid, guess, &id, asker, &e);
+		int pfd = from_proc(p->pid, guess, 0, &id, asker, &e);
 		if (pfd >= 0)
 			return pfd;
 		found_eperm |= e == EPERM;

@@ -161,3 +161,30 @@ STREAM_SCEN(lowat_options)
 	out("poll, 3 of 7: %s", pollname((unsigned)wait_fd(s, POLLIN, 0)));
 	R("recv dontwait 8", recv(s, b, sizeof(b), MSG_DONTWAIT));
 }
+
+/* SO_RCVLOWAT set on the listener before the connection exists: the
+ * accepted socket inherits it; poll and a blocking recv honour it. */
+STREAM_SCEN(rcvlowat_inherited_from_listener)
+{
+	struct sockaddr_storage a;
+	socklen_t al = sizeof(a);
+	int lowat = 10, v = 0, c, s, l;
+	socklen_t vl = sizeof(v);
+	char b[64];
+
+	if (!tcp_only(f))
+		return;
+	l = fam_server(f, &a, &al);
+	R("listener SO_RCVLOWAT 10", setsockopt(l, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat)));
+	c = fam_socket(f, 0);
+	R("connect", connect(c, (struct sockaddr *)&a, al));
+	s = accept(l, NULL, NULL);
+	getsockopt(s, SOL_SOCKET, SO_RCVLOWAT, &v, &vl);
+	out("accepted socket's SO_RCVLOWAT: %d", v);
+	fam_warm(f, c, s);
+	R("send 5", send(c, "01234", 5, 0));
+	out("5 of 10: poll %s", pollname((unsigned)wait_fd(s, POLLIN, 200)));
+	R("send 7", send(c, "5678901", 7, 0));
+	out("12 of 10: poll %s", pollname((unsigned)wait_fd(s, POLLIN, 2000)));
+	R("recv", recv(s, b, sizeof(b), 0));
+}

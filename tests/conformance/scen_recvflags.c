@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 static int untouched(const char *b, size_t n, char marker)
@@ -237,4 +238,28 @@ STREAM_SCEN(msg_waitall_dontwait)
 	wait_fd(s, POLLIN, 2000);
 	msleep(10);
 	R("waitall|dontwait 3000", recv(s, b, sizeof(b), MSG_WAITALL | MSG_DONTWAIT));
+}
+
+/* MSG_PEEK|MSG_WAITALL with part of it there: SO_RCVTIMEO ends the wait
+ * with what is there (and no spinning meanwhile: the CPU it took is
+ * printed as a yes/no against a generous bound). */
+STREAM_SCEN(msg_peek_waitall_rcvtimeo)
+{
+	struct timeval tv = { 0, 200000 };
+	char a[100] = { 0 }, b[1000];
+	struct timespec t0;
+	int c, s;
+
+	if (!tcp_only(f))
+		return;
+	fam_pair(f, &c, &s);
+	R("SO_RCVTIMEO 200ms", setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)));
+	R("send 100", send(c, a, sizeof(a), 0));
+	wait_fd(s, POLLIN, 2000);
+	now(&t0);
+	clock_t cpu0 = clock();
+	R("peek|waitall 1000", recv(s, b, sizeof(b), MSG_PEEK | MSG_WAITALL));
+	out("waited >= 150ms: %s, spun: %s", ms_since(&t0) >= 150 ? "yes" : "no",
+	    clock() - cpu0 > CLOCKS_PER_SEC / 10 ? "yes" : "no");
+	R("read 1000", recv(s, b, sizeof(b), 0));
 }

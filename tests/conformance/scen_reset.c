@@ -190,3 +190,22 @@ STREAM_SCEN(reset_with_data_queued)
 	R("recv again", recv(s, b, sizeof(b), MSG_DONTWAIT));
 	R("recv a third time", recv(s, b, sizeof(b), MSG_DONTWAIT));
 }
+
+/* The application resets the connection itself: connect(AF_UNSPEC) with
+ * bytes of the peer's unread; the peer's receive sees the reset. */
+STREAM_SCEN(reset_by_connect_unspec)
+{
+	struct sockaddr sa = { .sa_family = AF_UNSPEC };
+	char b[16];
+	int c, s;
+
+	if (!tcp_only(f))
+		return;
+	fam_pair(f, &c, &s);
+	R("peer sends 10", send(s, "0123456789", 10, 0));
+	wait_fd(c, POLLIN, 2000);
+	R("connect AF_UNSPEC", connect(c, &sa, sizeof(sa)));
+	wait_fd(s, POLLIN, 2000);
+	R("peer recv", recv(s, b, sizeof(b), 0));
+	R("peer recv again", recv(s, b, sizeof(b), 0));
+}

@@ -36,19 +36,9 @@ DSOCK_API int epoll_create1(int flags)
 
 DSOCK_API int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-	struct epoll_event k, *kev = ev;
-	int r;
-
-	if (ev && (op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && !DSOCK_GUARDED()) {
-		k = *ev;
-		k.events = dsock_epoll_kernel_events(fd, ev->events);
-		kev = &k;
-	}
-	r = dsock_real.epoll_ctl(epfd, op, fd, kev);
-
-	if (r == 0 && !DSOCK_GUARDED())
-		dsock_epoll_ctl_hook(epfd, op, fd, ev, kev ? kev->events : 0);
-	return (int)dsock_ret(SYSRET(r));
+	if (DSOCK_GUARDED())
+		return dsock_real.epoll_ctl(epfd, op, fd, ev);
+	return (int)dsock_ret(dsock_epoll_ctl(epfd, op, fd, ev));
 }
 
 DSOCK_API int epoll_wait(int epfd, struct epoll_event *ev, int n, int timeout)

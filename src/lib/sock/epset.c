@@ -12,6 +12,7 @@
 #include "lib/sock/sock.h"
 #include "lib/transport/transport.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -43,6 +44,9 @@ enum { ALL, BY_FD, BY_DATA, BY_SOCK };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 _Atomic long dsock_epoll_in_added;
+_Atomic long dsock_epoll_parked;
+static struct member **parked_v; /* the parked members (few: full rings) */
+static size_t nparked_v, parked_cap;
 
 unsigned dsock_epoll_kernel_events(int fd, unsigned events)
 {
@@ -137,8 +141,35 @@ static void link_out(struct member *m, int k)
 		m->next[k]->pprev[k] = m->pprev[k];
 }
 
+/* (mu held) */
+static void set_parked(struct member *m, int on)
+{
+	if (m->parked == on)
+		return;
+	if (on) {
+		if (nparked_v == parked_cap) {
+			size_t ncap = parked_cap ? parked_cap * 2 : 16;
+			struct member **n = realloc(parked_v, ncap * sizeof(*n));
+			if (!n)
+				return; /* not parked: it stays as it was */
+			parked_v = n;
+			parked_cap = ncap;
+		}
+		parked_v[nparked_v++] = m;
+	} else {
+		for (size_t i = 0; i < nparked_v; i++)
+			if (parked_v[i] == m) {
+				parked_v[i] = parked_v[--nparked_v];
+				break;
+			}
+	}
+	m->parked = on;
+	atomic_fetch_add(&dsock_epoll_parked, on ? 1 : -1);
+}
+
 static void drop(struct member *m)
 {
+	set_parked(m, 0);
 	set_in_added(m, 0);
 	for (int k = 0; k < 4; k++)
 		link_out(m, k);
@@ -224,15 +255,30 @@ static struct member *find(int epfd, int fd)
 	return NULL;
 }
 
-void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev, unsigned kernel_events)
+int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	struct dsock_sock *s = dsock_fdt_peek(fd);
+	struct epoll_event kv, *kev = ev;
+	unsigned kernel_events = 0;
 	struct member *m;
+	int r;
 
+	if (ev && (op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD)) {
+		kv = *ev;
+		kv.events = kernel_events = dsock_epoll_kernel_events(fd, ev->events);
+		kev = &kv;
+	}
 	/* only sockets a transport may own, and epoll sets (nesting) */
 	if (op == EPOLL_CTL_ADD && !s && (!dsock_transports_any() || !is_epoll_fd(fd)))
-		return;
+		return dsock_real.epoll_ctl(epfd, op, fd, kev) < 0 ? -errno : 0;
+	/* the kernel's change and ours together: a parking (its own MOD) in
+	 * between would put back what the application just changed */
 	pthread_mutex_lock(&mu);
+	if (dsock_real.epoll_ctl(epfd, op, fd, kev) < 0) {
+		r = -errno;
+		pthread_mutex_unlock(&mu);
+		return r;
+	}
 	if ((m = find(epfd, fd))) {
 		if (op == EPOLL_CTL_DEL) {
 			drop(m);
@@ -242,7 +288,7 @@ void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev
 			m->events = ev->events;
 			m->data = ev->data.u64;
 			m->disarmed = 0;
-			m->parked = 0; /* the kernel has the application's events again */
+			set_parked(m, 0); /* the kernel has the application's events again */
 			m->mark = 0; /* MOD reports data already there */
 			link_in(m, BY_DATA);
 		}
@@ -271,6 +317,7 @@ void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev
 	}
 out:
 	pthread_mutex_unlock(&mu);
+	return 0;
 }
 
 void dsock_epoll_forget_range(unsigned first, unsigned last)
@@ -353,10 +400,15 @@ int dsock_epset_lookup(int epfd, uint64_t data, struct dsock_epmember *out)
  * carries only tokens), so a level-triggered registration for EPOLLOUT
  * would be reported at every wait while the ring is full, and a loop
  * waiting for room would spin.  Such a registration is parked: EPOLLOUT
- * leaves the kernel's registration and EPOLLIN joins it, for the space
- * token the consumer sends once it frees room (the caller asks for one),
- * and the registration goes back as it was when the event comes.  Edge-
- * triggered ones have their own way (dsock_epoll_kernel_events), and
+ * leaves the kernel's registration and EPOLLIN joins it (edge-triggered
+ * when the application did not ask for it: unread ring data behind a
+ * token must not wake every wait), for the space token the consumer sends
+ * once it frees room (the caller asks for one).  A token can be drained by
+ * another thread of ours before the kernel reports it, and a connection
+ * can go back to the kernel with none, so our epoll_wait also looks at
+ * the parked members before it sleeps and every PARK_SLICE while it does
+ * (ready.c).  The registration goes back as it was once there is room.
+ * Edge-triggered ones have their own way (dsock_epoll_kernel_events), and
  * one-shot ones are left alone (a MOD would re-arm them). */
 static int kernel_mod(struct member *m, unsigned events)
 {
@@ -367,18 +419,31 @@ static int kernel_mod(struct member *m, unsigned events)
 
 int dsock_epset_park(int epfd, uint64_t data)
 {
+	unsigned in = EPOLLIN;
 	struct member *m;
 	int r = 0;
 
 	pthread_mutex_lock(&mu);
-	if ((m = by_data(epfd, data)) && !m->parked && m->sock && !(m->events & (EPOLLET | EPOLLONESHOT)) &&
-	    kernel_mod(m, (m->events & ~(unsigned)(EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND)) | EPOLLIN) == 0) {
-		m->parked = 1;
+	if ((m = by_data(epfd, data)) && !(m->events & EPOLLIN))
+		in |= EPOLLET;
+	if (m && !m->parked && m->sock && !(m->events & (EPOLLET | EPOLLONESHOT)) &&
+	    kernel_mod(m, (m->events & ~(unsigned)(EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND)) | in) == 0) {
+		set_parked(m, 1);
 		set_in_added(m, !(m->events & EPOLLIN));
-		r = 1;
+		r = m->parked;
 	}
 	pthread_mutex_unlock(&mu);
 	return r;
+}
+
+/* (mu held) */
+static void unpark(struct member *m)
+{
+	unsigned k = dsock_epoll_kernel_events(m->fd, m->events);
+
+	kernel_mod(m, k);
+	set_parked(m, 0);
+	set_in_added(m, k != m->events);
 }
 
 void dsock_epset_unpark(int epfd, uint64_t data)
@@ -386,13 +451,58 @@ void dsock_epset_unpark(int epfd, uint64_t data)
 	struct member *m;
 
 	pthread_mutex_lock(&mu);
-	if ((m = by_data(epfd, data)) && m->parked) {
-		unsigned k = dsock_epoll_kernel_events(m->fd, m->events);
-		kernel_mod(m, k);
-		m->parked = 0;
-		set_in_added(m, k != m->events);
-	}
+	if ((m = by_data(epfd, data)) && m->parked)
+		unpark(m);
 	pthread_mutex_unlock(&mu);
+}
+
+/* 1 if the socket at fd (still sock) would take a send, or the kernel now
+ * carries it; 0 with a space token asked for.  No lock of ours held: the
+ * reference may be the last, whose release takes them. */
+static int has_room(int fd, const struct dsock_sock *sock)
+{
+	struct dsock_sock *s = dsock_fdt_get(fd);
+	int w = 1;
+
+	if (s && s == sock) {
+		const struct dsock_transport *tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
+		if (tp && tp->writable && !tp->writable(s)) {
+			w = 0;
+			if (tp->want_space)
+				tp->want_space(s);
+		}
+	}
+	if (s)
+		dsock_sock_put(s);
+	return w;
+}
+
+int dsock_epset_parked_ready(int epfd, struct epoll_event *out, int max)
+{
+	struct { int fd; uint64_t data; unsigned events; const struct dsock_sock *sock; } cand[64];
+	int nc = 0, n = 0;
+
+	if (!atomic_load_explicit(&dsock_epoll_parked, memory_order_relaxed) || max <= 0)
+		return 0;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nparked_v && nc < 64; i++)
+		if (parked_v[i]->epfd == epfd)
+			cand[nc++] = (typeof(cand[0])){ parked_v[i]->fd, parked_v[i]->data, parked_v[i]->events,
+							 parked_v[i]->sock };
+	pthread_mutex_unlock(&mu);
+	for (int i = 0; i < nc && n < max; i++) {
+		struct member *m;
+		if (!has_room(cand[i].fd, cand[i].sock))
+			continue;
+		pthread_mutex_lock(&mu);
+		if ((m = by_data(epfd, cand[i].data)) && m->parked && m->fd == cand[i].fd) {
+			unpark(m);
+			out[n].events = cand[i].events & (EPOLLOUT | EPOLLWRNORM);
+			out[n++].data.u64 = cand[i].data;
+		}
+		pthread_mutex_unlock(&mu);
+	}
+	return n;
 }
 
 /* A member that needs the kernel's look in the same call as ours: it

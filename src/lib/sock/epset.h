@@ -26,6 +26,10 @@ int dsock_epset_lookup(int epfd, uint64_t data, struct dsock_epmember *out);
 int dsock_epset_park(int epfd, uint64_t data);
 /* Gives the kernel the registration's events back. */
 void dsock_epset_unpark(int epfd, uint64_t data);
+/* Parked members of epfd whose socket now has room (or left its
+ * transport): unparked, and reported as their EPOLLOUT.  Returns how many
+ * (at most max). */
+int dsock_epset_parked_ready(int epfd, struct epoll_event *out, int max);
 /* Members of epfd whose socket is hidden readable (and epoll sets nested
  * in it, one level, that hold one), as EPOLLIN events; ONESHOT members are
  * disarmed, EPOLLET ones reported once per arrival.  *wants_kernel: one of

@@ -28,6 +28,7 @@ int64_t dsock_spin_ns = 50000;
 #define KERNEL_LOOK_NS 1000LL       /* a spinning epoll asks the kernel this often */
 #define SKIP_LOOKS 4                /* ring data found without it, in a row at most */
 #define PURE_SPIN_NS 2000LL         /* and yields on every round after this long */
+#define PARK_SLICE_NS 5000000LL     /* a sleeping epoll looks at parked writers this often */
 
 static __thread long long probe_at, contended_until, courtesy_at;
 static __thread int busy_yields; /* in a row: a kworker's blip is not contention */
@@ -313,7 +314,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		/* about to sleep: end the leases, then look once more */
 		atomic_fetch_add(&dsock_sleepers, 1);
 		dsock_transports_before_sleep();
-		if ((n = epoll_now(epfd, ev, max, 0, 0)) != 0) {
+		if ((n = epoll_now(epfd, ev, max, 0, 0)) != 0 || (n = dsock_epset_parked_ready(epfd, ev, max)) != 0) {
 			atomic_fetch_sub(&dsock_sleepers, 1);
 			return n;
 		}
@@ -324,18 +325,29 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	struct timespec left_ts;
 	long long wait_start = blocking && fast ? dsock_mono_ns() : 0;
 	for (;;) {
-		if (kind == DSOCK_EPW_PWAIT2)
+		/* writers parked while their ring is full: a slice at a time
+		 * (their space token may have gone down another thread's drain) */
+		int sliced = blocking && atomic_load_explicit(&dsock_epoll_parked, memory_order_relaxed) > 0 &&
+			     (deadline < 0 || deadline - dsock_mono_ns() > PARK_SLICE_NS);
+		if (sliced) {
+			struct timespec sl = { 0, PARK_SLICE_NS };
+			n = dsock_real.epoll_pwait2(epfd, ev, max, &sl, kind == DSOCK_EPW_WAIT ? NULL : m);
+			if (n == 0 && (n = dsock_epset_parked_ready(epfd, ev, max)) == 0)
+				goto again; /* (what is left of the timeout) */
+		} else if (kind == DSOCK_EPW_PWAIT2) {
 			n = dsock_real.epoll_pwait2(epfd, ev, max, t, m);
-		else if (kind == DSOCK_EPW_PWAIT)
+		} else if (kind == DSOCK_EPW_PWAIT) {
 			n = dsock_real.epoll_pwait(epfd, ev, max, timeout_ms, m);
-		else
+		} else {
 			n = dsock_real.epoll_wait(epfd, ev, max, timeout_ms);
+		}
 		if (n <= 0 || !needs_filter())
 			break;
 		/* a token that outlived its data must not be reported */
 		n = filter_spurious(epfd, ev, n);
 		if (n || !blocking)
 			break;
+	again:
 		/* all spurious: wait again for what is left of the timeout (a
 		 * peer sending tokens without data must not keep us forever) */
 		if (deadline >= 0) {

@@ -83,9 +83,12 @@ void dsock_spin_outcome(int found);
 unsigned dsock_epoll_kernel_events(int fd, unsigned events);
 /* Members registered so: while > 0, our epoll_wait looks at every event. */
 extern _Atomic long dsock_epoll_in_added;
-/* epoll_ctl succeeded; kernel_events: what was registered with the kernel
- * for ev (dsock_epoll_kernel_events), when ev is given. */
-void dsock_epoll_ctl_hook(int epfd, int op, int fd, const struct epoll_event *ev, unsigned kernel_events);
+/* Registrations parked while their ring is full (epset.c): while > 0, our
+ * epoll_wait looks at them before it sleeps and every PARK_SLICE_NS. */
+extern _Atomic long dsock_epoll_parked;
+/* epoll_ctl: the kernel's call (with dsock_epoll_kernel_events) and our
+ * record of it, together.  0 or -errno. */
+int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
 /* fd (or fds first..last) closed: forget it as a member and as a set. */
 void dsock_epoll_forget_fd(int fd);
 void dsock_epoll_forget_range(unsigned first, unsigned last);

@@ -33,6 +33,9 @@ struct dsock_transport {
 	ssize_t (*sendmsg_solo)(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
 	ssize_t (*recvmsg)(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
 	int (*shutdown)(struct dsock_sock *s, int fd, int how);
+	/* connect(AF_UNSPEC) on the connection: the kernel resets it, and the
+	 * transport lets go of it; returns the connect's result.  May be NULL. */
+	int (*disconnect)(struct dsock_sock *s, int fd);
 	/* Bytes readable now (FIONREAD), or -errno. */
 	long (*readable)(struct dsock_sock *s, int fd);
 	/* 1 when data is readable that the kernel socket does not show (our

@@ -271,7 +271,10 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 	__atomic_store_n(&c->me->tx_base, c->tx_base, __ATOMIC_RELAXED); /* (a peer's hand-over) */
 	__atomic_store_n(&c->me->holders, 1, __ATOMIC_RELEASE);
 	held_add(c);
-	if (c->wr_shut) /* shut down while pending: never switch to the ring */
+	/* shut down while pending: never switch to the ring (seq_cst: a
+	 * shutdown racing with us sees our mapping, or we its wr_shut) */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&c->wr_shut, __ATOMIC_SEQ_CST))
 		__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
 	/* seq_cst: the peer switches only after it sees this */
 	__atomic_store_n(&c->me->attached, DSOCK_ATT_ATTACHED, __ATOMIC_SEQ_CST);
@@ -475,6 +478,17 @@ static uint16_t service_port(int fd, int role)
 	return 0;
 }
 
+/* SO_RCVLOWAT above 1, set before the connection existed or inherited
+ * from its listener (setsockopt on it afterwards is shm_sockopt's): the
+ * kernel would not wake a poller for a 1-byte token, so it stays there. */
+static int rcvlowat_set(int fd)
+{
+	int v = 1;
+	socklen_t l = sizeof(v);
+
+	return dsock_real.getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &l) == 0 && v > 1;
+}
+
 /* OFFER_DUE: counts the call, and offers the connection when its turn
  * has come and it is established.  One thread does it (a reader and a
  * writer thread may both make a fresh connection's first calls: both
@@ -504,6 +518,8 @@ static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 		    (ti.tcpi_state != TCP_ESTABLISHED && ti.tcpi_state != TCP_SYN_SENT &&
 		     ti.tcpi_state != TCP_SYN_RECV)) {
 			shm_to_kernel(s, DSOCK_R_NOT_ESTABLISHED);
+		} else if (ti.tcpi_state == TCP_ESTABLISHED && rcvlowat_set(fd)) {
+			shm_to_kernel(s, DSOCK_R_RCVLOWAT);
 		} else if (ti.tcpi_state == TCP_ESTABLISHED) {
 			s->state = DSOCK_ST_CONNECTED;
 			unlink_pending(c);
@@ -605,6 +621,21 @@ int shm_reset(struct dsock_sock *s, int fd, unsigned reason)
 	dsock_real.shutdown(fd, SHUT_RDWR);
 	shm_to_kernel(s, reason);
 	return -ECONNRESET;
+}
+
+int shm_disconnect(struct dsock_sock *s, int fd)
+{
+	struct sockaddr sa = { .sa_family = AF_UNSPEC };
+	struct shm_conn *c = shm_conn(s);
+	int r;
+
+	/* closing first, as every reset of ours: the peer must not take the
+	 * RST for the death of a process (recv.c) */
+	if (c && c->h)
+		__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
+	r = dsock_real.connect(fd, &sa, sizeof(sa)) < 0 ? -errno : 0;
+	shm_to_kernel(s, DSOCK_R_NOT_ESTABLISHED);
+	return r;
 }
 
 int shm_fault(struct dsock_sock *s, int fd, const char *what)

@@ -1,5 +1,6 @@
-/* Data on the shm transport: send and receive through the rings, the
- * kernel-to-ring switch, wake-up tokens, spinning and sleeping. */
+/* Data on the shm transport: the shared locks, the kernel byte counter,
+ * the kernel-to-ring switch, wake-up tokens, leases, and sending (the
+ * receive is recv.c's). */
 #include "lib/transport/shm/ring.h"
 #include "lib/core/proc.h"
 #include "lib/interpose/real.h"
@@ -51,7 +52,7 @@ int shm_reap_dead_holder(uint32_t *w)
 	return 1;
 }
 
-static int revoke_bias(struct dsock_shm_ring *r, uint32_t w);
+static int revoke_bias(struct dsock_shm_ring *r, uint32_t w, int try);
 
 /* A lock word in shared memory, held by a thread id; a holder that died is
  * detected and its lock taken over.  Bounded: a lock a hostile peer holds
@@ -67,7 +68,7 @@ static int lock_word(uint32_t *w, struct dsock_shm_ring *biased, int try)
 		if (__atomic_compare_exchange_n(w, &cur, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 			return 0;
 		if (biased && (cur & DSOCK_LOCK_BIAS)) {
-			int e = revoke_bias(biased, cur);
+			int e = revoke_bias(biased, cur, try);
 			if (e == -EAGAIN)
 				continue;
 			return e;
@@ -115,9 +116,10 @@ void shm_unlock(uint32_t *w)
  * change of hands.  Only a process registered for the barrier (it must
  * reach us) takes a bias, and only while it is (an exec'd image with our
  * tid that could not register revokes its own). */
-static int revoke_bias(struct dsock_shm_ring *r, uint32_t w)
+static int revoke_bias(struct dsock_shm_ring *r, uint32_t w, int try)
 {
-	uint32_t me = (uint32_t)my_tid(), owner = w & ~DSOCK_LOCK_BIAS;
+	uint32_t me = (uint32_t)my_tid(), owner = w & ~DSOCK_LOCK_BIAS, mine = me;
+	int e = 0;
 
 	if (owner == me && __atomic_load_n(&r->bias_busy, __ATOMIC_RELAXED))
 		return -EDEADLK; /* a signal handler re-entered our biased send */
@@ -126,21 +128,32 @@ static int revoke_bias(struct dsock_shm_ring *r, uint32_t w)
 	__atomic_store_n(&r->bias_off, 1, __ATOMIC_RELAXED);
 	/* orders the owner's bias_busy store before its look at the word,
 	 * from here: we hold the word now either way */
-	if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) < 0)
-		return -EDEADLK; /* cannot tell: the caller resets the connection */
+	if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) < 0) {
+		e = -EDEADLK; /* cannot tell: the caller resets the connection */
+		goto undo;
+	}
 	for (long i = 0; __atomic_load_n(&r->bias_busy, __ATOMIC_ACQUIRE); i++) {
 		if ((i & 1023) == 1023) {
 			if (owner > (uint32_t)INT_MAX || (kill((pid_t)owner, 0) < 0 && errno == ESRCH)) {
 				__atomic_store_n(&r->bias_busy, 0, __ATOMIC_RELAXED);
 				break; /* the owner died inside */
 			}
-			if (i > (1L << 24))
-				return -EDEADLK;
+			/* a try waits ~1 ms for an owner inside (stopped there,
+			 * it may stay) */
+			if (i > (try ? 1L << 16 : 1L << 24)) {
+				e = try ? -EBUSY : -EDEADLK;
+				goto undo;
+			}
 			sched_yield();
 		}
 		cpu_relax();
 	}
 	return 0;
+undo:
+	/* the owner is still inside, by its bias: the word goes back to it,
+	 * as if we had never come (else it would be held for good by us) */
+	__atomic_compare_exchange_n(&r->tx_lock, &mine, w, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+	return e;
 }
 
 /* try: one attempt at a lock held by someone (a bias is revoked all the
@@ -201,9 +214,6 @@ int shm_peer_tx_trylock(struct shm_conn *c)
 	return tx_acquire(NULL, c->rx, 1) == 0;
 }
 
-/* TCP states (include/net/tcp_states.h; not in the uapi headers) */
-enum { ST_FIN_WAIT1 = 4, ST_FIN_WAIT2 = 5, ST_TIME_WAIT = 6, ST_LAST_ACK = 9, ST_CLOSING = 11 };
-
 /* ---- the kernel's sent-byte counter (shared by every process holding it) --
  * Data bytes ever written to the kernel socket (plus the baseline): a
  * counter from TCP_INFO plus the send queue, read on both sides of the
@@ -226,10 +236,7 @@ int64_t shm_kernel_sent(int fd)
 			return -1;
 		if (q1 != q2)
 			continue;
-		int st = ti.tcpi_state;
-		return (int64_t)ti.tcpi_bytes_acked + q1 -
-		       (st == ST_FIN_WAIT1 || st == ST_FIN_WAIT2 || st == ST_CLOSING ||
-			st == ST_TIME_WAIT || st == ST_LAST_ACK);
+		return (int64_t)ti.tcpi_bytes_acked + q1 - shm_fin_state(ti.tcpi_state);
 	}
 	return -1;
 }
@@ -882,7 +889,9 @@ static int wait_space(struct shm_conn *c, int fd)
 	uint64_t tail;
 
 	__atomic_fetch_or(&c->tx->tx_waiting, DSOCK_TXW_FUTEX, __ATOMIC_SEQ_CST);
-	if (tx_space(c, &tail) != 0 || shm_down_any(c))
+	/* (a move back whose turn comes only with both rings empty waits for
+	 * room like any send: returning at once would spin) */
+	if (tx_space(c, &tail) != 0 || shm_down_now(c))
 		return 0;
 	/* not FUTEX_PRIVATE: the word is shared with the other process */
 	if (syscall(SYS_futex, &c->tx->space_seq, FUTEX_WAIT, seq, &slice, NULL, 0) < 0 && errno == EINTR)
@@ -1027,7 +1036,7 @@ again:
 		return done ? (ssize_t)done : shm_fault(s, fd, "lock held forever");
 	if (__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
 		/* the peer moved our sending back (a hand-over it makes without
-		 * us, down.c) while we waited for the lock */
+		 * us, handover.c) while we waited for the lock */
 		shm_tx_unlock(c);
 		return send_rest_plain(fd, m, done, flags);
 	}
@@ -1177,20 +1186,22 @@ int shm_shutdown(struct dsock_sock *s, int fd, int how)
 	int wr = how == SHUT_WR || how == SHUT_RDWR, was = 0, r;
 
 	/* closing before the FIN: a peer that sees our FIN with `closing`
-	 * clear takes us for dead (recv.c, peer_died_unread).  The kernel FIN
-	 * travels after every token, so the peer reads the ring dry before it
-	 * sees EOF. */
-	if (c && c->h && wr)
-		was = __atomic_exchange_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
+	 * clear takes us for dead (recv.c, peer_died_unread).  An attach
+	 * racing with us sees wr_shut, or we see its mapping (seq_cst both
+	 * sides, conn.c attach).  The kernel FIN travels after every token,
+	 * so the peer reads the ring dry before it sees EOF. */
+	if (c && wr) {
+		__atomic_store_n(&c->wr_shut, 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&c->h, __ATOMIC_SEQ_CST))
+			was = __atomic_exchange_n(&c->me->closing, 1, __ATOMIC_SEQ_CST) + 1;
+	}
 	r = dsock_real.shutdown(fd, how);
 	if (r < 0) {
 		r = -errno;
-		if (c && c->h && wr && !was)
+		if (was == 1)
 			__atomic_store_n(&c->me->closing, 0, __ATOMIC_SEQ_CST);
 		return r;
 	}
-	if (c && wr)
-		c->wr_shut = 1;
 	return r;
 }
 
@@ -1366,8 +1377,13 @@ int shm_spurious_in(struct dsock_sock *s, int fd)
 		 * drain: the kernel no longer shows it, our pollers must */
 		if (avail > 0)
 			dsock_hidden_set(c->sock, &c->unbacked, 1);
+	} else if (n < 0 && errno == EAGAIN) {
+		/* nothing at all: another thread of ours drained the tokens
+		 * the kernel reported (tokens are not data: natively nothing
+		 * was there) */
+		n = 1;
 	} else {
-		if (n < 0 && errno != EAGAIN)
+		if (n < 0)
 			shm_stash_err(c, errno); /* the receive reports it */
 		n = 0; /* EOF or error: real */
 	}

@@ -305,6 +305,9 @@ ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 			if (r)
 				continue;
 		}
+		/* an error one of our looks took comes first */
+		if ((r = shm_take_err(c)))
+			return r;
 		/* nothing readable now: sleep as a plain receive would
 		 * (SO_RCVTIMEO, signals) until the kernel has something */
 		if (nb < 0)
@@ -313,8 +316,8 @@ ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 			return -EAGAIN;
 		char t;
 		r = dsock_real.recv(fd, &t, 1, MSG_PEEK);
-		if (r < 0 && (errno == EAGAIN || errno == EINTR))
-			return -errno;
+		if (r < 0)
+			return -errno; /* (an error too: this receive reports it) */
 	}
 }
 
@@ -387,6 +390,8 @@ int shm_spurious_down(struct shm_conn *c, int fd)
 		return 0;
 	discard_if_read(c, fd);
 	n = dsock_real.recv(fd, &t, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n < 0)
+		shm_stash_err(c, errno); /* the receive reports it */
 	shm_unlock(&c->rx->rx_lock);
 	return n < 0 && errno == EAGAIN; /* tokens only: nothing to read */
 }

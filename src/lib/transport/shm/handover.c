@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <linux/sockios.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <linux/tcp.h>
 #include <sched.h>
@@ -33,23 +34,39 @@
 
 #define DOWN_WAIT_NS 2000000000LL /* the peer answers within this, or we reset */
 #define PEER_REQ_MS 1000          /* the daemon lends the peer's socket within this */
+/* peer_down holds the peer's locks while bytes still in flight arrive:
+ * at most this long (a peer thread waits for a lock ~0.2 s, then resets) */
+#define PEER_HOLD_NS 100000000LL
+/* shm_go_back's try at the peer's direction (else it follows by itself) */
+#define GO_BACK_PEER_NS 50000000LL
 /* pre-switch bytes of the peer's that we had not read: read out and sent
  * again (the tokens behind them must go), at most this many */
 #define PEER_UNREAD_MAX (64u << 20)
 
-/* TCP states (include/net/tcp_states.h; not in the uapi headers) */
-enum { ST_FIN_WAIT1 = 4, ST_FIN_WAIT2 = 5, ST_TIME_WAIT = 6, ST_LAST_ACK = 9, ST_CLOSING = 11 };
-
-/* 1 if fd's FIN is out: no byte can follow on its stream. */
-static int fin_sent(int fd)
+/* 1 if nothing can follow on fd's stream any more: its FIN is out, or it
+ * is closed (then its byte count is uncertain too). */
+static int stream_ended(int fd)
 {
 	struct tcp_info ti;
 	socklen_t l = sizeof(ti);
 
-	if (dsock_real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0)
-		return 1;
-	return ti.tcpi_state == ST_FIN_WAIT1 || ti.tcpi_state == ST_FIN_WAIT2 || ti.tcpi_state == ST_CLOSING ||
-	       ti.tcpi_state == ST_TIME_WAIT || ti.tcpi_state == ST_LAST_ACK;
+	return dsock_real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0 || shm_fin_state(ti.tcpi_state) ||
+	       ti.tcpi_state == 7 /* TCP_CLOSE */;
+}
+
+/* Waits until our kernel socket holds the peer's bytes up to k (read to
+ * kread, or queued), consuming none: 0, or -EAGAIN at end. */
+static int arrived(struct shm_conn *c, int fd, uint64_t k, int64_t end)
+{
+	for (;;) {
+		int inq = 0;
+		if (dsock_real.ioctl(fd, SIOCINQ, &inq) == 0 &&
+		    __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE) + (uint64_t)inq >= k)
+			return 0;
+		if (shm_now_ns() > end)
+			return -EAGAIN;
+		shm_nap(20000);
+	}
 }
 
 /* Takes exactly n bytes from our kernel socket (rx lock held), into buf or
@@ -133,6 +150,17 @@ static int peer_down(struct shm_conn *c, int fd, int pfd, int round, int64_t end
 		r = -EPROTO;
 		goto out;
 	}
+	if (stream_ended(pfd)) {
+		r = -EPIPE; /* nothing can follow its FIN */
+		goto out;
+	}
+	/* bytes still in flight arrive within microseconds here, unless our
+	 * receive buffer is full of its pre-switch data: then they come as
+	 * that is read (below), else we let go of its locks and come back */
+	if (end > shm_now_ns() + PEER_HOLD_NS)
+		end = shm_now_ns() + PEER_HOLD_NS;
+	if (kr >= sw && (r = arrived(c, fd, k, end)))
+		goto out;
 	if (kr < sw) {
 		d = sw - kr;
 		dbuf = d > PEER_UNREAD_MAX ? MAP_FAILED :
@@ -149,9 +177,7 @@ static int peer_down(struct shm_conn *c, int fd, int pfd, int round, int64_t end
 	kr = __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE);
 	if ((r = take_exact(c, fd, NULL, k - kr, end)))
 		goto out;
-	if ((d || tail != head) && fin_sent(pfd))
-		r = -EPIPE; /* its FIN is out: no byte can follow it */
-	else if (d)
+	if (d)
 		r = shm_send_backlog(c, pfd, NULL, dbuf, 0, d);
 	if (!r && tail != head)
 		r = shm_send_backlog(c, pfd, c->rxd, NULL, head, tail - head);
@@ -209,6 +235,35 @@ static int lend_peer(struct dsock_sock *s, struct shm_conn *c, int fd)
 	return pfd;
 }
 
+/* The peer's stream ended (its FIN is in our socket) while its sending
+ * was on the ring: it never answers.  With nothing of it left in our ring
+ * and its pre-switch data read, the rest of its stream is tokens then the
+ * FIN: they are read and dropped, and the new holder reads EOF (1).  Bytes
+ * of it in our ring cannot follow its FIN (-EPIPE).  0: it has not ended.
+ * (rx lock taken here.) */
+static int peer_ended(struct shm_conn *c, int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+	uint64_t sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE);
+	char junk[4096];
+	int r = 0;
+
+	if (sw == DSOCK_SWITCH_NONE || dsock_real.poll(&p, 1, 0) <= 0 || !(p.revents & (POLLRDHUP | POLLHUP)))
+		return 0;
+	if (shm_lock(&c->rx->rx_lock))
+		return -EDEADLK;
+	if (__atomic_load_n(&c->rx->tail, __ATOMIC_ACQUIRE) != __atomic_load_n(&c->rx->head, __ATOMIC_RELAXED) ||
+	    __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE) < sw) {
+		r = -EPIPE;
+	} else {
+		for (ssize_t n; (n = dsock_real.recv(fd, junk, sizeof(junk), MSG_DONTWAIT)) > 0;)
+			__atomic_add_fetch(&c->me->kread, (uint64_t)n, __ATOMIC_RELEASE);
+		r = 1;
+	}
+	shm_unlock(&c->rx->rx_lock);
+	return r;
+}
+
 static int go_back_failed(struct dsock_sock *s, int fd, int pfd, unsigned reason, const char *what,
 			  const char *why)
 {
@@ -232,20 +287,24 @@ int shm_go_back(struct dsock_sock *s, int fd, uint32_t why)
 		return 0;
 	}
 	__atomic_compare_exchange_n(&c->me->down_req, &none, why, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+	if (__atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) != DSOCK_SWITCH_NONE)
+		shm_wake_peer(c, fd); /* (its token must go before our sending is plain) */
 	while ((r = shm_tx_down(c, fd, 0)) == -EAGAIN && shm_now_ns() < end)
 		shm_nap(20000);
 	if (r)
 		return go_back_failed(s, fd, -1, DSOCK_R_HANDOVER_RESET, what,
 				      "our ring could not move back to the kernel");
 	if ((pfd = lend_peer(s, c, fd)) >= 0) {
-		r = peer_move(c, fd, pfd, end, &never);
+		/* a short try: a peer busy inside its own call follows later */
+		r = peer_move(c, fd, pfd, shm_now_ns() + GO_BACK_PEER_NS, &never);
 		dsock_real.close(pfd);
 		if (r < 0 && r != -EAGAIN)
 			return go_back_failed(s, fd, -1, DSOCK_R_HANDOVER_RESET, what,
 					      "its peer's ring could not move back to the kernel");
 	}
 	/* otherwise the peer follows at its next call (it looks for our
-	 * request before every ring byte) */
+	 * request before every ring byte; the token above wakes one asleep in
+	 * a receive or a poller) */
 	return shm_down_step(s, fd);
 }
 
@@ -264,9 +323,11 @@ int shm_handover(struct dsock_sock *s, int fd)
 	}
 	__atomic_store_n(&c->me->down_req, DSOCK_DOWN_HANDOVER, __ATOMIC_SEQ_CST);
 	pfd = lend_peer(s, c, fd);
-	/* a peer asleep in a receive or a poller wakes and answers (with its
-	 * socket in hand we need no answer, but one costs nothing) */
-	shm_wake_peer(c, fd);
+	/* without its socket, a peer asleep in a receive or a poller wakes
+	 * and answers; with it, no token: a peer that moved itself first
+	 * could leave our unread pre-switch data ahead of its tokens */
+	if (pfd < 0)
+		shm_wake_peer(c, fd);
 	while ((r = shm_tx_down(c, fd, 0)) == -EAGAIN && shm_now_ns() < end)
 		shm_nap(20000);
 	if (r)
@@ -290,6 +351,13 @@ int shm_handover(struct dsock_sock *s, int fd)
 			if (never)
 				break;
 		}
+		if ((r = peer_ended(c, fd)) > 0) {
+			dsock_hidden_set(c->sock, &c->unbacked, 0);
+			return 0; /* (its tokens are gone, its FIN stays) */
+		}
+		if (r < 0)
+			return go_back_failed(s, fd, -1, DSOCK_R_HANDOVER_RESET, what,
+					      "its peer ended its stream with bytes unread in our ring");
 		if (shm_now_ns() > end)
 			return go_back_failed(s, fd, -1, DSOCK_R_HANDOVER_RESET, what,
 					      "its peer did not answer within 2 s");

@@ -32,6 +32,7 @@ const struct dsock_transport dsock_shm_transport = {
 	.sendmsg_solo = shm_sendmsg_solo,
 	.recvmsg = shm_recvmsg,
 	.shutdown = shm_shutdown,
+	.disconnect = shm_disconnect,
 	.readable = shm_readable,
 	.hidden_readable = shm_hidden_readable,
 	.rx_mark = shm_rx_mark,

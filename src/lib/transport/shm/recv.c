@@ -95,7 +95,7 @@ void shm_stash_err(struct shm_conn *c, int e)
 		__atomic_compare_exchange_n(&c->pend_err, &none, e, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
-static int take_err(struct shm_conn *c)
+int shm_take_err(struct shm_conn *c)
 {
 	return __atomic_load_n(&c->pend_err, __ATOMIC_RELAXED) ? -__atomic_exchange_n(&c->pend_err, 0, __ATOMIC_RELAXED)
 							       : 0;
@@ -179,6 +179,15 @@ static ssize_t sleep_partial(int fd, int64_t *deadline)
 	return r > 0 ? 1 : -1;
 }
 
+/* Something to take now (rx lock held): ring bytes, or for a MSG_PEEK |
+ * MSG_WAITALL still waiting, all of its bytes. */
+static int ready_now(struct shm_conn *c, int fd, int peek_now, size_t total)
+{
+	uint64_t head;
+
+	return peek_now ? rx_avail(c, &head) > 0 : peek_ready(c, fd) >= total;
+}
+
 ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 {
 	struct shm_conn *c;
@@ -187,7 +196,7 @@ ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 	/* MSG_PEEK | MSG_WAITALL waits until it can peek all of it (or EOF, an
 	 * error, a timeout or a signal: then what is there), as the kernel's */
 	int peekall = peek && (flags & MSG_WAITALL) && total, peek_now = !peekall, kpeeked = 0;
-	int err = 0, eof = 0, nb = -1, spun = 0, leased = 0;
+	int err = 0, eof = 0, nb = -1, spun = 0, leased = 0, late_err = 0;
 	int64_t spin_end = 0, spin_start = 0, next_check = -1, rcv_deadline = 0;
 
 	if (flags & MSG_OOB) {
@@ -286,6 +295,8 @@ again:
 			}
 			if (r != -EAGAIN) {
 				err = (int)r;
+				if (got)
+					shm_stash_err(c, (int)-r); /* for the next call */
 				break;
 			}
 		}
@@ -369,7 +380,7 @@ again:
 					eof = 1;
 				break;
 			}
-			if (rx_avail(c, &head) > 0)
+			if (ready_now(c, fd, peek_now, total))
 				continue;
 		}
 		if (shm_down_asked(c)) {
@@ -386,8 +397,8 @@ again:
 				return (ssize_t)got;
 			continue;
 		}
-		if (nb) {
-			err = -EAGAIN;
+		if (nb || late_err) {
+			err = late_err ? late_err : -EAGAIN;
 			break;
 		}
 		if (!spin_end) {
@@ -424,7 +435,7 @@ again:
 		 * plain recv, because this is one */
 		atomic_fetch_add(&dsock_sleepers, 1);
 		shm_rx_settle(c, fd);
-		if (rx_avail(c, &head) > 0 || shm_down_asked(c)) {
+		if (ready_now(c, fd, peek_now, total) || shm_down_asked(c)) {
 			/* (the settle's drain may have taken a hand-over's token:
 			 * the loop answers it above instead of sleeping) */
 			atomic_fetch_sub(&dsock_sleepers, 1);
@@ -436,12 +447,13 @@ again:
 		int64_t wait_start = shm_now_ns();
 		/* a peek waiting for all of its bytes while the peer's pre-switch
 		 * bytes sit in the kernel: for one more byte there (data or a
-		 * token), uncopied */
+		 * token), uncopied; while only ring bytes are there, as a receive
+		 * that has some (a signal or SO_RCVTIMEO ends it with them) */
 		int inq = 0;
 		if (!peek_now)
 			dsock_real.ioctl(fd, SIOCINQ, &inq);
 		ssize_t r;
-		if (got)
+		if (got || (!peek_now && !inq && rx_avail(c, &head) > 0))
 			r = sleep_partial(fd, &rcv_deadline); /* (MSG_WAITALL) */
 		else
 			r = dsock_real.recv(fd, &t, (size_t)inq + 1, inq ? MSG_PEEK | MSG_WAITALL | MSG_TRUNC : MSG_PEEK);
@@ -459,6 +471,11 @@ again:
 			return shm_fault(s, fd, "lock held forever");
 		spin_end = 0;
 		if (r < 0 && (e == EAGAIN || e == EINTR)) {
+			if (!peek_now && !got) {
+				peek_now = 1; /* what is there, or the error */
+				late_err = -e;
+				continue;
+			}
 			err = -e;
 			break;
 		}
@@ -487,7 +504,7 @@ again:
 	shm_unlock(&c->rx->rx_lock);
 	if (got)
 		return (ssize_t)got;
-	int pe = take_err(c);
+	int pe = shm_take_err(c);
 	if (pe) {
 		eof = 0; /* the error came before the EOF the socket shows now */
 		err = pe;

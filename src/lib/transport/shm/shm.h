@@ -136,6 +136,9 @@ void shm_to_kernel(struct dsock_sock *s, unsigned reason);
 int shm_active(const struct shm_conn *c);
 /* This process lets go of c (close, exit): 1 if it was the last holder. */
 int shm_let_go(struct shm_conn *c);
+/* The application's connect(AF_UNSPEC): the kernel resets the connection,
+ * which leaves the transport.  Returns the connect's result. */
+int shm_disconnect(struct dsock_sock *s, int fd);
 /* The shared memory broke its rules: reset this connection only. */
 int shm_fault(struct dsock_sock *s, int fd, const char *what);
 /* Resets the connection (ECONNRESET here, RST to the peer) and leaves the
@@ -165,6 +168,13 @@ void dsock_shm_exit(void);
  * their fence, and it may skip its own ("skippable leases") */
 extern int shm_membarrier_ok;
 void shm_membarrier_register(void);
+/* 1 if a socket in TCP state st has sent its FIN (the states of
+ * include/net/tcp_states.h, not in the uapi headers): FIN_WAIT1,
+ * FIN_WAIT2, TIME_WAIT, LAST_ACK, CLOSING. */
+static inline int shm_fin_state(int st)
+{
+	return st == 4 || st == 5 || st == 6 || st == 9 || st == 11;
+}
 /* Reads the kernel's counters as the baseline: the stream's first byte
  * (the bytes sent before, early_sent, subtracted; every receive since the
  * connection's start counts in pending_read). */
@@ -213,7 +223,9 @@ int shm_reap_dead_holder(uint32_t *w);
 int shm_trylock(uint32_t *w);
 /* Our producer lock (c->tx's), biased to its usual holder (data.c): 0 or
  * -EDEADLK as shm_lock; trylock 1 if taken.  The peer's producer lock (a
- * hand-over): trylock, then shm_unlock(&c->rx->tx_lock). */
+ * hand-over): trylock (1 if taken; a bias is revoked, waiting ~1 ms for
+ * its owner to leave, and left as it was if it does not), then
+ * shm_unlock(&c->rx->tx_lock). */
 int shm_tx_lock(struct shm_conn *c);
 int shm_tx_trylock(struct shm_conn *c);
 void shm_tx_unlock(struct shm_conn *c);
@@ -253,6 +265,18 @@ static inline int shm_down_any(const struct shm_conn *c)
 	return __atomic_load_n(&c->me->down_req, __ATOMIC_ACQUIRE) |
 	       __atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE) |
 	       __atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE);
+}
+/* A move back that can be made now: a direction already went, or a side
+ * asks for one that does not wait for both rings to empty (all but the
+ * move of a connection whose consumers sleep). */
+static inline int shm_down_now(const struct shm_conn *c)
+{
+	uint32_t a = __atomic_load_n(&c->me->down_req, __ATOMIC_ACQUIRE);
+	uint32_t b = __atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE);
+
+	return __atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) ||
+	       __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) || (a && a != DSOCK_DOWN_ASLEEP) ||
+	       (b && b != DSOCK_DOWN_ASLEEP);
 }
 /* The peer asks us to go back and we have not yet: a receiver waiting on
  * the ring must answer (the request's wake-up token may be the one it just
@@ -357,6 +381,8 @@ int shm_err_is_fatal(int err);
 /* recv.c: keeps kernel error e (positive; EAGAIN and EINTR are none) that
  * one of our looks at the socket took, for the application's next receive. */
 void shm_stash_err(struct shm_conn *c, int e);
+/* ... and takes it back: -errno, or 0 when none is kept. */
+int shm_take_err(struct shm_conn *c);
 /* recv.c: the peer has switched and every kernel byte it sent before is
  * read: the ring is ours to read from now on (rx lock held). */
 void shm_rx_switch_if_read(struct shm_conn *c);
