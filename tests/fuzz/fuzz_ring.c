@@ -1,7 +1,7 @@
 /* Coverage-guided fuzzing of the shm transport against a hostile peer.
  *
  * Each input builds one fast-path connection the way an exec'ed program
- * adopts one (DSOCK_SHM_FDS: map_conn's checks run), over a real loopback
+ * adopts one (DSOCK_EXEC_SHM: map_conn's checks run), over a real loopback
  * TCP pair, and then plays a script: the peer writes legal or arbitrary
  * values into the shared header and the rings, sends kernel bytes, shuts
  * down or resets; the victim (this process, through the interposed calls)
@@ -16,7 +16,7 @@
  * victim lingers), then operations: an opcode byte and its arguments. */
 #include "lib/sock/sock.h"
 #include "lib/transport/shm/shm.h"
-#include "lib/interpose/real.h"
+#include "lib/base/real.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -177,12 +177,12 @@ static int setup(struct world *w, unsigned opts)
 	TRACE("baselines: sent %lld, received %lld", txb, rxb);
 	snprintf(env, sizeof(env), "%d:%d:%d:%u:%lld:0", w->a, fcntl(w->memfd, F_DUPFD_CLOEXEC, 0),
 		 w->victim, RING, txb);
-	setenv("DSOCK_SHM_FDS", env, 1);
-	dsock_shm_adopt_inherited();
+	setenv("DSOCK_EXEC_SHM", env, 1);
+	shm_adopt();
 	s = dsock_fdt_get(w->a);
 	CHECK(s && s->tp == &dsock_shm_transport);
 	if (opts & 4)
-		shm_conn(s)->fork_gen = dsock_shm_fork_gen; /* may linger after recv */
+		shm_conn(s)->fork_gen = shm_fork_gen; /* may linger after recv */
 	dsock_sock_put(s);
 	w->ep = epoll_create1(EPOLL_CLOEXEC);
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.u64 = 7 };

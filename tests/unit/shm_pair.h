@@ -77,8 +77,8 @@ static inline void make_conn(struct conn *k, int lfd, struct sockaddr_in *la)
 	snprintf(env, sizeof(env), "%d:%d:0:%u:%lld:0,%d:%d:1:%u:%lld:0", k->a,
 		 fcntl(k->memfd, F_DUPFD_CLOEXEC, 0), RING, (long long)shm_kernel_sent(k->a), k->b,
 		 fcntl(k->memfd, F_DUPFD_CLOEXEC, 0), RING, (long long)shm_kernel_sent(k->b));
-	setenv("DSOCK_SHM_FDS", env, 1);
-	dsock_shm_adopt_inherited();
+	setenv("DSOCK_EXEC_SHM", env, 1);
+	shm_adopt();
 	for (int i = 0; i < 2; i++) {
 		struct dsock_sock *s = dsock_fdt_get(i ? k->b : k->a);
 		if (!s || s->tp != &dsock_shm_transport) {

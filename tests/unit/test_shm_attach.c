@@ -13,7 +13,7 @@
 #include "unit/unit.h"
 #include "lib/sock/sock.h"
 #include "lib/transport/shm/shm.h"
-#include "lib/interpose/real.h"
+#include "lib/base/real.h"
 #include "common/reason.h"
 #include "unit/shm_pair.h"
 
@@ -59,13 +59,13 @@ static void delayed_result_two_callers(int lfd, struct sockaddr_in *la)
 	if (!s)
 		return;
 	/* offered and pending, as after the first data call */
-	ASSERT_EQ(shm_offer(s, k.a, DSOCK_ROLE_CONNECT, &reason), 0);
-	s->owner = &dsock_shm_transport;
-	__atomic_store_n(&s->tp, &dsock_shm_transport, __ATOMIC_RELEASE);
+	void *priv = NULL;
+	ASSERT_EQ(shm_offer(s, k.a, DSOCK_ROLE_CONNECT, &priv, &reason), 0);
+	dsock_sock_attach(s, &dsock_shm_transport, priv);
 	struct shm_conn *c = shm_conn(s);
 	ASSERT_EQ(shm_calibrate(c, k.a), 0);
 	c->state = SC_PENDING;
-	c->pending_since_ms = shm_now_ns() / 1000000;
+	c->pending_since_ms = dsock_mono_ns() / 1000000;
 	/* the result came while a send held the mutex: delayed */
 	c->delayed_side = 0;
 	c->delayed_size = RING;

@@ -19,7 +19,7 @@
 #include "unit/unit.h"
 #include "lib/sock/sock.h"
 #include "lib/transport/shm/shm.h"
-#include "lib/interpose/real.h"
+#include "lib/base/real.h"
 #include "unit/shm_pair.h"
 
 #include <arpa/inet.h>
@@ -155,7 +155,7 @@ static void streams(struct conn *k)
 	for (int i = 0; i < 5; i++)
 		pthread_join(t[i], NULL);
 	ASSERT_EQ(atomic_load(&failed), 0);
-	ASSERT_TRUE(atomic_load(&dsock_shm_ring_conns) >= 2); /* the bytes went by the rings */
+	ASSERT_TRUE(atomic_load(&shm_ring_conns) >= 2); /* the bytes went by the rings */
 }
 
 /* ---- a lock held forever by a living thread ----------------------------- */

@@ -17,7 +17,7 @@
  * wake-ups of writers (below). */
 #include "unit/unit.h"
 #include "unit/shm_pair.h"
-#include "lib/interpose/real.h"
+#include "lib/base/real.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

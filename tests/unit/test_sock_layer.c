@@ -23,12 +23,12 @@
 static int offers, sends, recvs, shutdowns, releases;
 static int take_offers;
 
-static int fake_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
+static int fake_offer(struct dsock_sock *s, int fd, int role, void **priv, unsigned *reason)
 {
 	offers++;
 	if (!take_offers || role != DSOCK_ROLE_CONNECT)
 		return -ENOTSUP;
-	s->tp_priv = (void *)0x1;
+	*priv = (void *)0x1;
 	return 0;
 }
 

@@ -29,7 +29,7 @@ void dsock_env_init(void)
 	for (char **e = environ; e && *e && nsaved < DSOCK_ENV_SAVED_MAX; e++) {
 		size_t len = strlen(*e) + 1;
 		if (strncmp(*e, "DSOCK_", 6) || !strchr(*e, '=') || used + len > sizeof(saved_buf) ||
-		    !strncmp(*e, "DSOCK_SHM_FDS=", 14)) /* per exec, never inherited further */
+		    !strncmp(*e, "DSOCK_EXEC_", 11)) /* per exec, never inherited further */
 			continue;
 		memcpy(saved_buf + used, *e, len);
 		saved[nsaved++] = saved_buf + used;
@@ -83,15 +83,24 @@ char *const *dsock_env_fix(char *const envp[], char **out, size_t cap, char *sbu
 {
 	const char *old = find(envp, "LD_PRELOAD", 10);
 	int need_preload = lib_path[0] && !(old && listed(old + sizeof(PRELOAD) - 1, lib_path));
-	size_t n = 0, xlen = extra ? (size_t)(strchr(extra, '=') - extra) : 0;
+	const char *xs[DSOCK_ENV_EXTRA_MAX];
+	size_t xlen[DSOCK_ENV_EXTRA_MAX];
+	size_t n = 0, nx = 0;
 	int missing = 0;
+
+	for (const char *x = extra; x && *x && nx < DSOCK_ENV_EXTRA_MAX; x += strlen(x) + 1) {
+		if (!strchr(x, '='))
+			continue;
+		xs[nx] = x;
+		xlen[nx++] = (size_t)(strchr(x, '=') - x);
+	}
 
 	for (int i = 0; i < nsaved; i++)
 		if (!find(envp, saved[i], (size_t)(strchr(saved[i], '=') - saved[i])))
 			missing++;
-	if (!need_preload && !missing && !extra)
+	if (!need_preload && !missing && !nx)
 		return envp;
-	if (dsock_env_count(envp) + (size_t)missing + 3 > cap)
+	if (dsock_env_count(envp) + (size_t)missing + nx + 2 > cap)
 		return envp;
 	if (need_preload) {
 		const char *rest = old ? old + sizeof(PRELOAD) - 1 : "";
@@ -106,12 +115,16 @@ char *const *dsock_env_fix(char *const envp[], char **out, size_t cap, char *sbu
 		}
 		out[n++] = sbuf;
 	}
-	for (size_t i = 0; envp && envp[i]; i++)
-		if (!(need_preload && envp[i] == old) &&
-		    !(extra && !strncmp(envp[i], extra, xlen) && envp[i][xlen] == '='))
+	for (size_t i = 0; envp && envp[i]; i++) {
+		size_t k = 0;
+
+		while (k < nx && !(!strncmp(envp[i], xs[k], xlen[k]) && envp[i][xlen[k]] == '='))
+			k++;
+		if (!(need_preload && envp[i] == old) && k == nx)
 			out[n++] = envp[i];
-	if (extra)
-		out[n++] = (char *)extra;
+	}
+	for (size_t k = 0; k < nx; k++)
+		out[n++] = (char *)xs[k];
 	for (int i = 0; i < nsaved; i++)
 		if (!find(envp, saved[i], (size_t)(strchr(saved[i], '=') - saved[i])))
 			out[n++] = (char *)saved[i];

@@ -6,8 +6,8 @@
 #ifndef DSOCK_ENV_H
 #define DSOCK_ENV_H
 
-#include "lib/core/exec_target.h"
-#include "lib/transport/shm/shm.h" /* dsock_shm_exec_env: hand-over at exec */
+#include "lib/base/exec_target.h"
+#include "lib/transport/transport.h" /* dsock_transports_exec_env */
 
 #include <stddef.h>
 
@@ -21,23 +21,25 @@ size_t dsock_env_count(char *const envp[]);
 size_t dsock_env_strbuf_size(char *const envp[]);
 /* Returns envp itself when nothing is missing, else out (cap entries), built
  * from envp plus what is missing, with a new LD_PRELOAD string in sbuf. */
-/* extra ("NAME=value" or NULL) replaces any NAME= entry of envp. */
+/* extra (NULL, or a list of "NAME=value" entries, each ending with a NUL,
+ * the list with an empty one) replaces any NAME= entry of envp; at most
+ * DSOCK_ENV_EXTRA_MAX entries. */
+#define DSOCK_ENV_EXTRA_MAX 4
 char *const *dsock_env_fix(char *const envp[], char **out, size_t cap, char *sbuf, size_t sbuflen,
 			   const char *extra);
 
 /* Declares `name`, the fixed environment for envp, on the caller's stack,
- * with the fast-path connections handed over (DSOCK_SHM_FDS), or moved
- * back to the kernel if the program to run (dirfd, path, search, argv:
- * struct dsock_exec_target) will not run dsock. */
+ * with the transports' entries for the program to run (dirfd, path,
+ * search, argv: struct dsock_exec_target): their connections handed over,
+ * or moved back to the kernel if it will not run dsock. */
 #define DSOCK_ENV_FIXED(envp, name, spawn, dirfd, path, search, argv) \
 	char name##_x[1024]; \
 	const struct dsock_exec_target name##_t = { dirfd, path, search, argv, envp }; \
-	size_t name##_xl = dsock_shm_exec_env(name##_x, sizeof(name##_x), spawn, &name##_t); \
-	size_t name##_cap = dsock_env_count(envp) + DSOCK_ENV_SAVED_MAX + 3; \
+	size_t name##_xl = dsock_transports_exec_env(name##_x, sizeof(name##_x), spawn, &name##_t); \
+	size_t name##_cap = dsock_env_count(envp) + DSOCK_ENV_SAVED_MAX + DSOCK_ENV_EXTRA_MAX + 2; \
 	char *name##_v[name##_cap]; \
 	char name##_s[dsock_env_strbuf_size(envp)]; \
 	char *const *name = dsock_env_fix(envp, name##_v, name##_cap, name##_s, sizeof(name##_s), \
-					  name##_xl ? (name##_x[name##_xl] = '\0', name##_x) : NULL)
-
+					  name##_xl ? name##_x : NULL)
 
 #endif

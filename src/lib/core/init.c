@@ -1,13 +1,13 @@
 /* Start-up of the preload library, and the fork handlers. */
-#include "lib/core/ctl.h"
+#include "lib/ctl/ctl.h"
 #include "lib/core/env.h"
-#include "lib/core/guard.h"
-#include "lib/core/proc.h"
-#include "lib/interpose/real.h"
+#include "lib/base/clock.h"
+#include "lib/base/guard.h"
+#include "lib/base/proc.h"
+#include "lib/base/real.h"
 #include "lib/sock/epset.h"
 #include "lib/sock/sock.h"
 #include "lib/sock/solo.h"
-#include "lib/transport/shm/shm.h"
 #include "lib/transport/transport.h"
 #include "common/log.h"
 
@@ -20,9 +20,6 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-__thread int dsock_guard;
-struct dsock_proc dsock_proc;
 
 /* The name the program was started as (argv[0]'s file name): what users
  * write in rules and look for in `dsock stat`.  /proc/self/exe would name
@@ -75,7 +72,7 @@ static int load_rules(void)
 
 static void fork_prepare(void)
 {
-	dsock_shm_fork_prepare();
+	dsock_transports_fork_prepare();
 	dsock_sock_fork_prepare();
 	dsock_epset_fork_prepare();
 }
@@ -84,7 +81,7 @@ static void fork_parent(void)
 {
 	dsock_epset_fork_parent();
 	dsock_sock_fork_parent();
-	dsock_shm_fork_parent();
+	dsock_transports_fork_parent();
 }
 
 static void fork_child(void)
@@ -96,7 +93,7 @@ static void fork_child(void)
 	dsock_sock_fork_child();
 	if (dsock_proc.enabled)
 		dsock_ctl_fork_child(ppid);
-	dsock_shm_fork_child();
+	dsock_transports_fork_child();
 }
 
 __attribute__((constructor)) static void dsock_init(void)
@@ -106,6 +103,7 @@ __attribute__((constructor)) static void dsock_init(void)
 
 	DSOCK_GUARD_ENTER();
 	dsock_real_init();
+	dsock_clock_init();
 	dsock_proc.pid = (int)syscall(SYS_getpid);
 	dsock_log_setup("dsock", 2, lvl && dsock_log_level_parse(lvl) >= 0 ?
 			dsock_log_level_parse(lvl) : DSOCK_LOG_WARN);
@@ -115,12 +113,11 @@ __attribute__((constructor)) static void dsock_init(void)
 			     dsock_rules_program_allowed(&dsock_proc.rules, dsock_proc.prog);
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 	if (dsock_proc.enabled) {
-		if (dsock_shm_init())
-			DSOCK_WARN("fast path unavailable: cannot register the shm transport");
-		else if (dsock_transports_any())
+		dsock_transports_init();
+		if (dsock_transports_any())
 			dsock_solo_init();
 		dsock_sock_scan_inherited();
-		dsock_shm_adopt_inherited();
+		dsock_transports_adopt();
 	}
 	dsock_ctl_start();
 	DSOCK_DBG("loaded into %s (%s)", dsock_proc.prog,
@@ -135,19 +132,20 @@ __attribute__((constructor)) static void dsock_init(void)
 __attribute__((destructor)) static void dsock_fini(void)
 {
 	const char *path = getenv("DSOCK_FASTPATH_REPORT");
-	long n = atomic_load(&dsock_shm_ring_conns);
+	long n, back;
 	char line[64];
 	int fd, len;
 
 	if ((int)syscall(SYS_getpid) != dsock_proc.pid)
 		return;
-	dsock_shm_exit();
+	dsock_transports_exit();
+	dsock_transports_counts(&n, &back);
 	if (!path || !*path || n <= 0)
 		return;
 	fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return;
-	len = snprintf(line, sizeof(line), "%d %ld %ld\n", dsock_proc.pid, n, atomic_load(&dsock_shm_back_conns));
+	len = snprintf(line, sizeof(line), "%d %ld %ld\n", dsock_proc.pid, n, back);
 	syscall(SYS_write, fd, line, (size_t)len);
 	syscall(SYS_close, fd);
 }

@@ -2,9 +2,9 @@
 #ifndef DSOCK_API_H
 #define DSOCK_API_H
 
-#include "lib/core/guard.h"
-#include "lib/core/sysret.h"
-#include "lib/interpose/real.h"
+#include "lib/base/guard.h"
+#include "lib/base/sysret.h"
+#include "lib/base/real.h"
 #include "lib/interpose/ret.h"
 
 #include <errno.h>

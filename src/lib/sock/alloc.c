@@ -3,7 +3,7 @@
  * last close, never on the data path). */
 #include "lib/sock/sock.h"
 #include "lib/sock/solo.h"
-#include "lib/core/ctl.h"
+#include "lib/ctl/ctl.h"
 #include "lib/transport/transport.h"
 
 #include <sched.h>
@@ -86,6 +86,7 @@ void dsock_sock_put(struct dsock_sock *s)
 	if (s->owner && s->owner->release)
 		s->owner->release(s);
 	s->owner = NULL;
+	s->tp_priv = NULL;
 	if (atomic_load_explicit(&s->flags, memory_order_relaxed) & DSOCK_SF_REPORTED)
 		dsock_ctl_sock_closed(s);
 	lock();
@@ -123,4 +124,17 @@ void dsock_sock_fork_child(void)
 		dsock_solo_init(); /* a registration is the address space's */
 	/* one thread now: whoever held the lock does not exist here */
 	unlock();
+}
+
+void dsock_sock_attach(struct dsock_sock *s, const struct dsock_transport *t, void *priv)
+{
+	s->tp_priv = priv;
+	s->owner = t;
+	__atomic_store_n(&s->tp, t, __ATOMIC_RELEASE);
+}
+
+void dsock_sock_detach(struct dsock_sock *s, unsigned reason)
+{
+	s->reason = (uint16_t)reason;
+	__atomic_store_n(&s->tp, NULL, __ATOMIC_RELEASE);
 }

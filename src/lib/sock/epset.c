@@ -6,8 +6,9 @@
  * and by socket, and the hidden-readable sockets are a short list of their
  * own (a wait walks that list, not the members). */
 #include "lib/sock/epset.h"
-#include "lib/core/proc.h"
-#include "lib/interpose/real.h"
+#include "lib/base/grow.h"
+#include "lib/base/proc.h"
+#include "lib/base/real.h"
 #include "lib/sock/ready.h"
 #include "lib/sock/sock.h"
 #include "lib/transport/transport.h"
@@ -85,15 +86,9 @@ static void set_count(int epfd, int delta)
 	if (i == nsets) {
 		if (delta < 0)
 			return;
-		if (nsets == sets_cap) {
-			size_t ncap = sets_cap ? sets_cap * 2 : 8;
-			void *n = realloc(sets, ncap * sizeof(*sets));
-			if (!n) {
-				sets_lost = 1;
-				return;
-			}
-			sets = n;
-			sets_cap = ncap;
+		if (dsock_grow(&sets, &sets_cap, nsets, sizeof(*sets), 8)) {
+			sets_lost = 1;
+			return;
 		}
 		sets[nsets].epfd = epfd;
 		sets[nsets++].n = 0;
@@ -147,14 +142,8 @@ static void set_parked(struct member *m, int on)
 	if (m->parked == on)
 		return;
 	if (on) {
-		if (nparked_v == parked_cap) {
-			size_t ncap = parked_cap ? parked_cap * 2 : 16;
-			struct member **n = realloc(parked_v, ncap * sizeof(*n));
-			if (!n)
-				return; /* not parked: it stays as it was */
-			parked_v = n;
-			parked_cap = ncap;
-		}
+		if (dsock_grow(&parked_v, &parked_cap, nparked_v, sizeof(*parked_v), 16))
+			return; /* not parked: it stays as it was */
 		parked_v[nparked_v++] = m;
 	} else {
 		for (size_t i = 0; i < nparked_v; i++)
@@ -193,15 +182,7 @@ void dsock_hidden_set(struct dsock_sock *s, int *flag, int on)
 		return;
 	pthread_mutex_lock(&hid_mu);
 	if (on) {
-		if (nhid == hid_cap) {
-			size_t ncap = hid_cap ? hid_cap * 2 : 64;
-			struct dsock_sock **n = realloc(hid, ncap * sizeof(*n));
-			if (n) {
-				hid = n;
-				hid_cap = ncap;
-			}
-		}
-		if (nhid < hid_cap)
+		if (!dsock_grow(&hid, &hid_cap, nhid, sizeof(*hid), 64))
 			hid[nhid++] = s;
 	} else {
 		for (size_t i = 0; i < nhid; i++)

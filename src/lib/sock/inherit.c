@@ -1,8 +1,8 @@
 /* Sockets inherited across exec: found at start-up by listing /proc/self/fd
  * with raw system calls (no malloc, no stdio: we run in the constructor). */
 #include "lib/sock/sock.h"
-#include "lib/core/proc.h"
-#include "lib/interpose/real.h"
+#include "lib/base/proc.h"
+#include "lib/base/real.h"
 #include "common/proto.h"
 #include "common/reason.h"
 

@@ -1,7 +1,7 @@
 #include "lib/sock/io.h"
 #include "lib/sock/sock.h"
 #include "lib/sock/solo.h"
-#include "lib/interpose/real.h"
+#include "lib/base/real.h"
 #include "lib/transport/transport.h"
 
 #include <errno.h>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 #include <limits.h>
 
-#include "lib/core/sysret.h"
+#include "lib/base/sysret.h"
 
 /* The hot-path test: one lock-free load for a socket the kernel carries.
  * The socket (no reference) if a transport may own it, else NULL. */

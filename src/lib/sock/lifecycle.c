@@ -2,9 +2,9 @@
  * and closed here, after the kernel did the same.  This is where a transport
  * is offered an established connection (settle()). */
 #include "lib/sock/sock.h"
-#include "lib/core/ctl.h"
-#include "lib/core/proc.h"
-#include "lib/interpose/real.h"
+#include "lib/ctl/ctl.h"
+#include "lib/base/proc.h"
+#include "lib/base/real.h"
 #include "lib/transport/transport.h"
 #include "lib/sock/ready.h"
 #include "common/proto.h"
@@ -14,7 +14,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 
-#include "lib/core/sysret.h"
+#include "lib/base/sysret.h"
 
 static int is_inet(const struct dsock_sock *s)
 {

@@ -1,8 +1,8 @@
 #include "lib/sock/ready.h"
 #include "lib/sock/epset.h"
 #include "lib/sock/sock.h"
-#include "lib/interpose/real.h"
-#include "lib/core/sysret.h"
+#include "lib/base/real.h"
+#include "lib/base/sysret.h"
 #include "lib/transport/transport.h"
 
 #include <errno.h>
@@ -54,13 +54,6 @@ int dsock_spin_worth(void)
 void dsock_spin_outcome(int found)
 {
 	spin_score += ((found ? SCORE_ONE : 0) - spin_score) >> SCORE_SHIFT;
-}
-
-long long dsock_mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 int dsock_spin_yield(long long now_ns)
@@ -399,9 +392,7 @@ static int transport_view(int fd, short events)
 
 static int64_t mono_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return dsock_mono_ns() / 1000000;
 }
 
 int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, const sigset_t *m, int is_ppoll,

@@ -10,6 +10,8 @@
 #ifndef DSOCK_READY_H
 #define DSOCK_READY_H
 
+#include "lib/base/clock.h"
+
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -30,7 +32,6 @@ extern _Atomic int dsock_sleepers;
  * wait that started at t0_ns (mono) is over. */
 extern __thread unsigned dsock_sleep_gen;
 #define DSOCK_SLEPT_NS 5000LL
-long long dsock_mono_ns(void);
 static inline void dsock_wait_end(long long t0_ns)
 {
 	if (dsock_mono_ns() - t0_ns >= DSOCK_SLEPT_NS)

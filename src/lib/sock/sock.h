@@ -52,6 +52,15 @@ void dsock_sock_fork_prepare(void);
 void dsock_sock_fork_parent(void);
 void dsock_sock_fork_child(void);
 
+/* ---- transport fields -------------------------------------------------- */
+/* Only these write tp, tp_priv and owner.  attach: t carries the data from
+ * now on, with priv as its state (release: a reader that sees tp sees
+ * priv's state).  detach: the kernel carries the data again, for reason
+ * (enum dsock_reason); owner and tp_priv stay until the last put hands
+ * them to owner->release, as a racing caller may still be inside t. */
+void dsock_sock_attach(struct dsock_sock *s, const struct dsock_transport *t, void *priv);
+void dsock_sock_detach(struct dsock_sock *s, unsigned reason);
+
 /* ---- fd table ---------------------------------------------------------- */
 #define DSOCK_FDT_CHUNK_BITS 10
 #define DSOCK_FDT_CHUNK      (1u << DSOCK_FDT_CHUNK_BITS)

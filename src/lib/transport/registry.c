@@ -1,16 +1,46 @@
+/* The transports the library is built with, and the calls that go to each
+ * registered one.  A transport is a folder filling struct dsock_transport
+ * and one line in `builtin`. */
 #include "lib/transport/transport.h"
 #include "lib/sock/sock.h"
+#include "common/log.h"
 #include "common/reason.h"
 
 #include <errno.h>
+#include <string.h>
 
+extern const struct dsock_transport dsock_shm_transport;
+
+static const struct dsock_transport *const builtin[] = {
+	&dsock_shm_transport,
+};
+
+/* Every registered transport gets the process-wide hooks (one configured
+ * off may still be handed connections by an exec); only the first
+ * `noffering` are offered new connections. */
 static const struct dsock_transport *transports[DSOCK_TRANSPORTS_MAX];
+static int offers[DSOCK_TRANSPORTS_MAX];
 static int ntransports;
+
+void dsock_transports_init(void)
+{
+	for (size_t i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++) {
+		int r = builtin[i]->init ? builtin[i]->init() : 0;
+
+		if (r < 0)
+			DSOCK_WARN("transport %s unavailable: %s", builtin[i]->name, strerror(-r));
+		else if (dsock_transport_register(builtin[i]))
+			DSOCK_WARN("transport %s unavailable: too many transports", builtin[i]->name);
+		else
+			offers[ntransports - 1] = r == 0;
+	}
+}
 
 int dsock_transport_register(const struct dsock_transport *t)
 {
 	if (ntransports >= DSOCK_TRANSPORTS_MAX)
 		return -ENOSPC;
+	offers[ntransports] = 1;
 	transports[ntransports++] = t;
 	return 0;
 }
@@ -19,12 +49,13 @@ int dsock_transport_offer(struct dsock_sock *s, int fd, int role, unsigned *reas
 {
 	*reason = DSOCK_R_NO_TRANSPORT;
 	for (int i = 0; i < ntransports; i++) {
+		void *priv = NULL;
+
+		if (!offers[i])
+			continue;
 		*reason = DSOCK_R_NONE;
-		if (transports[i]->offer(s, fd, role, reason) == 0) {
-			s->owner = transports[i];
-			/* release: readers that see tp also see the state the
-			 * transport set up in offer() */
-			__atomic_store_n(&s->tp, transports[i], __ATOMIC_RELEASE);
+		if (transports[i]->offer(s, fd, role, &priv, reason) == 0) {
+			dsock_sock_attach(s, transports[i], priv);
 			return 0;
 		}
 		if (*reason == DSOCK_R_NONE)
@@ -35,12 +66,65 @@ int dsock_transport_offer(struct dsock_sock *s, int fd, int role, unsigned *reas
 
 int dsock_transports_any(void)
 {
-	return ntransports > 0;
+	for (int i = 0; i < ntransports; i++)
+		if (offers[i])
+			return 1;
+	return 0;
 }
 
-void dsock_transports_before_sleep(void)
+#define EACH(hook)                                               \
+	void dsock_transports_##hook(void)                       \
+	{                                                        \
+		for (int i = 0; i < ntransports; i++)            \
+			if (transports[i]->hook)                 \
+				transports[i]->hook();           \
+	}
+EACH(before_sleep)
+EACH(adopt)
+EACH(fork_prepare)
+EACH(fork_child)
+EACH(exec_failed)
+EACH(exit)
+
+/* The reverse order of fork_prepare: locks taken in prepare are released
+ * last to first. */
+void dsock_transports_fork_parent(void)
 {
-	for (int i = 0; i < ntransports; i++)
-		if (transports[i]->before_sleep)
-			transports[i]->before_sleep();
+	for (int i = ntransports - 1; i >= 0; i--)
+		if (transports[i]->fork_parent)
+			transports[i]->fork_parent();
+}
+
+size_t dsock_transports_exec_env(char *buf, size_t n, int spawn, const struct dsock_exec_target *t)
+{
+	size_t used = 0;
+
+	for (int i = 0; i < ntransports; i++) {
+		size_t l;
+
+		if (!transports[i]->exec_env || n - used < 2)
+			continue;
+		l = transports[i]->exec_env(buf + used, n - used - 2, spawn, t);
+		if (l) {
+			buf[used + l] = '\0';
+			used += l + 1;
+		}
+	}
+	if (!used)
+		return 0;
+	buf[used] = '\0';
+	return used + 1;
+}
+
+void dsock_transports_counts(long *carried, long *back)
+{
+	*carried = *back = 0;
+	for (int i = 0; i < ntransports; i++) {
+		long c = 0, b = 0;
+
+		if (transports[i]->counts)
+			transports[i]->counts(&c, &b);
+		*carried += c;
+		*back += b;
+	}
 }

@@ -17,14 +17,16 @@
 #include <sys/types.h>
 
 struct dsock_sock;
+struct dsock_exec_target;
 
 enum dsock_role { DSOCK_ROLE_CONNECT = 1, DSOCK_ROLE_ACCEPT = 2 };
 
 struct dsock_transport {
 	const char *name;
-	/* Take over the established connection on fd, or return -errno and the
+	/* Take over the established connection on fd (0, with *priv its
+	 * state, which the socket layer attaches), or return -errno and the
 	 * kernel keeps it (*reason gets an enum dsock_reason). */
-	int (*offer)(struct dsock_sock *s, int fd, int role, unsigned *reason);
+	int (*offer)(struct dsock_sock *s, int fd, int role, void **priv, unsigned *reason);
 	ssize_t (*sendmsg)(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
 	/* The same for the solo thread, which holds no reference on s
 	 * (lib/sock/solo.h): it must not block or wait, and returns
@@ -67,6 +69,32 @@ struct dsock_transport {
 	 * waiting on sockets (counted in dsock_sleepers): from now on every
 	 * arrival must show in the kernel's readiness. */
 	void (*before_sleep)(void);
+
+	/* ---- process-wide hooks, called through the registry (each may be
+	 * NULL) ---- */
+	/* Start-up: 0 takes part, 1 is configured off (it is offered no
+	 * connection, but still gets these hooks: an exec may hand it some),
+	 * -errno: cannot (left out). */
+	int (*init)(void);
+	/* After start-up: take back the connections an exec handed over. */
+	void (*adopt)(void);
+	/* Around fork (pthread_atfork order: prepare, then parent or child). */
+	void (*fork_prepare)(void);
+	void (*fork_parent)(void);
+	void (*fork_child)(void);
+	/* An exec is about to start t (spawn: in another process): writes
+	 * one "DSOCK_EXEC_<NAME>=value" for the new program into buf (n bytes
+	 * at most, no terminating NUL) and returns its length, or 0.  Runs
+	 * in a vfork child too: no allocation.  DSOCK_EXEC_* entries are
+	 * never inherited further than one exec. */
+	size_t (*exec_env)(char *buf, size_t n, int spawn, const struct dsock_exec_target *t);
+	/* The exec failed: this program goes on holding its connections. */
+	void (*exec_failed)(void);
+	/* Normal exit. */
+	void (*exit)(void);
+	/* Connections whose bytes this transport carried in this process, and
+	 * how many of them went back to the kernel afterwards. */
+	void (*counts)(long *carried, long *back);
 };
 
 /* Not an errno (those end at 4095): "take the path with a reference". */
@@ -74,13 +102,27 @@ struct dsock_transport {
 
 #define DSOCK_TRANSPORTS_MAX 4
 
+/* Calls init of each transport the library is built with (registry.c)
+ * and registers those that take part.  Start-up only. */
+void dsock_transports_init(void);
 /* Returns 0 or -ENOSPC.  Not thread-safe: call at start-up. */
 int dsock_transport_register(const struct dsock_transport *t);
 /* Offers s to each transport; returns 0 when one took it. */
 int dsock_transport_offer(struct dsock_sock *s, int fd, int role, unsigned *reason);
-/* 1 if any transport is registered (the fast path is on). */
+/* 1 if any registered transport takes offers (the fast path is on). */
 int dsock_transports_any(void);
-/* Calls each transport's before_sleep. */
+/* Each calls the hook of the same name of every registered transport. */
 void dsock_transports_before_sleep(void);
+void dsock_transports_adopt(void);
+void dsock_transports_fork_prepare(void);
+void dsock_transports_fork_parent(void);
+void dsock_transports_fork_child(void);
+void dsock_transports_exec_failed(void);
+void dsock_transports_exit(void);
+/* The transports' exec_env entries as a list in buf: each entry ends
+ * with a NUL, the list with an empty entry.  Returns 0 (nothing to add:
+ * buf is not a list) or the list's length. */
+size_t dsock_transports_exec_env(char *buf, size_t n, int spawn, const struct dsock_exec_target *t);
+void dsock_transports_counts(long *carried, long *back);
 
 #endif

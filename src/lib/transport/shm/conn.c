@@ -1,10 +1,10 @@
 /* Connection life of the shm transport: offer, pairing result, attach,
  * fork and exec hand-over, release. */
 #include "lib/transport/shm/shm.h"
-#include "lib/core/ctl.h"
-#include "lib/core/exec_target.h"
-#include "lib/core/proc.h"
-#include "lib/interpose/real.h"
+#include "lib/ctl/ctl.h"
+#include "lib/base/exec_target.h"
+#include "lib/base/proc.h"
+#include "lib/base/real.h"
 #include "lib/sock/ready.h"
 #include "lib/sock/solo.h"
 #include "common/log.h"
@@ -24,9 +24,6 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-#if defined(__x86_64__)
-#include <x86intrin.h>
-#endif
 
 #define PENDING_GIVE_UP_MS 5000 /* the daemon always answers well before */
 
@@ -61,69 +58,6 @@ static void held_remove(struct shm_conn *c)
 		c->hnext->hprev = c->hprev;
 	c->on_held = 0;
 	pthread_mutex_unlock(&held_mu);
-}
-
-/* The lease clock (rx_leave, at every receive): CLOCK_MONOTONIC
- * extrapolated by the TSC from this thread's last reading, read again
- * once LEASE_ANCHOR_NS have passed.  The precise clock was a quarter of
- * a 14 B receive here (~22 ns against ~10 for the TSC).  A lease is a
- * backstop (its consumer ends it before any sleep, see "Lingering
- * leases"), so an error of a microsecond is harmless; the TSC is used only
- * where the kernel keeps time with it (clocksource tsc: synchronized,
- * constant rate), else this is shm_now_ns. */
-#define LEASE_ANCHOR_NS 1000000
-#define LEASE_RATE_MIN_NS 100000 /* the rate from readings this far apart */
-static int lease_tsc; /* set at init */
-static __thread uint64_t anchor_tsc, anchor_limit, tsc_mult; /* ns per tick << 32 */
-static __thread int64_t anchor_ns;
-
-static void lease_clock_init(void)
-{
-#if defined(__x86_64__)
-	char cs[32] = "";
-	int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		ssize_t n = dsock_real.read(fd, cs, sizeof(cs) - 1);
-		cs[n > 0 ? n : 0] = 0;
-		dsock_real.close(fd);
-	}
-	lease_tsc = !strcmp(cs, "tsc\n");
-#endif
-}
-
-int64_t shm_lease_now_ns(void)
-{
-#if defined(__x86_64__)
-	if (lease_tsc) {
-		uint64_t d = __rdtsc() - anchor_tsc;
-		if (tsc_mult && d < anchor_limit)
-			return anchor_ns + (int64_t)((d * tsc_mult) >> 32);
-		int64_t ns = shm_now_ns();
-		uint64_t t = __rdtsc();
-		if (anchor_tsc && ns - anchor_ns >= LEASE_RATE_MIN_NS && t > anchor_tsc) {
-			tsc_mult = ((uint64_t)(ns - anchor_ns) << 32) / (t - anchor_tsc);
-			anchor_limit = tsc_mult ? ((uint64_t)LEASE_ANCHOR_NS << 32) / tsc_mult : 0;
-		}
-		if (!anchor_tsc || ns - anchor_ns >= LEASE_RATE_MIN_NS) {
-			anchor_tsc = t;
-			anchor_ns = ns;
-		}
-		return ns;
-	}
-#endif
-	return shm_now_ns();
-}
-
-/* The same clock at the last tick: a vDSO read without the TSC (a 14 B
- * send read the precise clock once, 13 % of its samples).  It lags by at
- * most a tick, so a lease checked against it looks valid that much
- * longer: only for skippable leases (data.c), whose consumer looks at the
- * ring again whenever it ends one, expired or not. */
-int64_t shm_coarse_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 int shm_active(const struct shm_conn *c)
@@ -165,8 +99,7 @@ void shm_to_kernel(struct dsock_sock *s, unsigned reason)
 
 	/* the state stays allocated until release: a racing caller that
 	 * still sees tp may read it; it now says "kernel" through tp == NULL */
-	s->reason = (uint16_t)reason;
-	__atomic_store_n(&s->tp, NULL, __ATOMIC_RELEASE);
+	dsock_sock_detach(s, reason);
 	if (c && (c->state == SC_PENDING || c->state == SC_OFFER_DUE))
 		unlink_pending(c);
 	if (c) {
@@ -279,7 +212,7 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 	/* seq_cst: the peer switches only after it sees this */
 	__atomic_store_n(&c->me->attached, DSOCK_ATT_ATTACHED, __ATOMIC_SEQ_CST);
 	c->state = SC_ATTACHED;
-	c->fork_gen = dsock_shm_fork_gen;
+	c->fork_gen = shm_fork_gen;
 	fast_count(c);
 	atomic_store(&c->attaching, 0);
 	pthread_mutex_unlock(&c->mu);
@@ -361,7 +294,7 @@ static int env_num(const char *name, long long lo, long long hi, const char *uni
 	return 1;
 }
 
-int dsock_shm_init(void)
+int shm_init(void)
 {
 	const char *on = getenv("DSOCK_FASTPATH");
 	long long v;
@@ -378,11 +311,10 @@ int dsock_shm_init(void)
 		shm_test_down_reads = (unsigned)v;
 
 	if (on && !strcmp(on, "0"))
-		return 0; /* DSOCK_FASTPATH=0: every connection stays on the kernel */
+		return 1; /* DSOCK_FASTPATH=0: every connection stays on the kernel */
 	shm_membarrier_register();
-	lease_clock_init();
 	dsock_ctl_set_result_handler(on_result);
-	return dsock_transport_register(&dsock_shm_transport);
+	return 0;
 }
 
 /* Closes a memfd fetched for an exec, in the process that fetched it. */
@@ -416,7 +348,7 @@ static int send_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 	int r;
 
 	c->state = SC_PENDING;
-	c->pending_since_ms = shm_now_ns() / 1000000;
+	c->pending_since_ms = dsock_mono_ns() / 1000000;
 	pthread_mutex_lock(&pending_mu);
 	c->next = pending;
 	pending = c;
@@ -432,7 +364,7 @@ static int send_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 	return 0;
 }
 
-int shm_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
+int shm_offer(struct dsock_sock *s, int fd, int role, void **priv, unsigned *reason)
 {
 	struct shm_conn *c;
 
@@ -443,7 +375,7 @@ int shm_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 		*reason = DSOCK_R_RESOURCE;
 		return -ENOMEM;
 	}
-	s->tp_priv = c;
+	*priv = c;
 	/* A data call offers (the fourth: offer_due), not connect or accept
 	 * themselves: a connection closed before it carries a byte never costs
 	 * a round trip to the daemon (a connect/accept/close loop ran 10x
@@ -543,7 +475,7 @@ int shm_progress(struct dsock_sock *s, int fd)
 	if (c->state == SC_PENDING) {
 		dsock_ctl_poll_mail();
 		if (c->state == SC_PENDING &&
-		    shm_now_ns() / 1000000 - c->pending_since_ms > PENDING_GIVE_UP_MS) {
+		    dsock_mono_ns() / 1000000 - c->pending_since_ms > PENDING_GIVE_UP_MS) {
 			dsock_ctl_read_mail();
 			if (c->state == SC_PENDING)
 				shm_to_kernel(s, DSOCK_R_PEER_TIMEOUT);
@@ -596,7 +528,6 @@ void shm_release(struct dsock_sock *s)
 		dsock_real.close(c->delayed_memfd);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
-	s->tp_priv = NULL;
 }
 
 int shm_reset(struct dsock_sock *s, int fd, unsigned reason)
@@ -645,12 +576,12 @@ int shm_fault(struct dsock_sock *s, int fd, const char *what)
 }
 
 /* ---- fork ------------------------------------------------------------------ */
-void dsock_shm_fork_prepare(void)
+void shm_fork_prepare(void)
 {
 	/* connections from before the fork may be read by both processes: no
 	 * lease may outlive a recv on them any more */
 	shm_settle_lingering();
-	dsock_shm_fork_gen++;
+	shm_fork_gen++;
 	/* held across the fork: no offer slips in between */
 	pthread_mutex_lock(&pending_mu);
 	for (struct shm_conn *c = pending; c; c = c->next)
@@ -664,13 +595,13 @@ void dsock_shm_fork_prepare(void)
 			__atomic_add_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST);
 }
 
-void dsock_shm_fork_parent(void)
+void shm_fork_parent(void)
 {
 	pthread_mutex_unlock(&held_mu);
 	pthread_mutex_unlock(&pending_mu);
 }
 
-void dsock_shm_fork_child(void)
+void shm_fork_child(void)
 {
 	struct shm_conn *list = pending;
 
@@ -678,8 +609,8 @@ void dsock_shm_fork_child(void)
 	shm_membarrier_register(); /* a registration is the address space's */
 	pthread_mutex_init(&held_mu, NULL);
 	/* the child counts the connections it moves bytes through itself */
-	atomic_store(&dsock_shm_ring_conns, 0);
-	atomic_store(&dsock_shm_back_conns, 0);
+	atomic_store(&shm_ring_conns, 0);
+	atomic_store(&shm_back_conns, 0);
 	for (struct shm_conn *c = held; c; c = c->hnext)
 		c->used_ring = 0;
 
@@ -689,8 +620,7 @@ void dsock_shm_fork_child(void)
 	for (struct shm_conn *c = list, *next; c; c = next) {
 		next = c->next;
 		c->state = SC_PENDING;
-		__atomic_store_n(&c->sock->tp, NULL, __ATOMIC_RELEASE);
-		c->sock->reason = DSOCK_R_FORKED;
+		dsock_sock_detach(c->sock, DSOCK_R_FORKED);
 	}
 }
 
@@ -775,9 +705,9 @@ static void exec_drop(int fd, struct dsock_sock *s, void *arg)
 	}
 }
 
-size_t dsock_shm_exec_env(char *buf, size_t n, int spawn, const struct dsock_exec_target *t)
+size_t shm_exec_env(char *buf, size_t n, int spawn, const struct dsock_exec_target *t)
 {
-	static const char name[] = "DSOCK_SHM_FDS=";
+	static const char name[] = "DSOCK_EXEC_SHM=";
 	/* a vfork child (our memory, its own process) is a new holder too */
 	struct exec_walk w = { .buf = buf + sizeof(name) - 1, .n = n - (sizeof(name) - 1),
 			       .new_holder = spawn || !dsock_table_owner(), .target = t, .runs_dsock = -1 };
@@ -787,7 +717,7 @@ size_t dsock_shm_exec_env(char *buf, size_t n, int spawn, const struct dsock_exe
 	/* another process will read these connections: no lease of ours may
 	 * outlive a recv on them from now on (as at fork) */
 	if (w.new_holder)
-		__atomic_add_fetch(&dsock_shm_fork_gen, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&shm_fork_gen, 1, __ATOMIC_RELAXED);
 	w.mark = ++exec_mark;
 	dsock_fdt_walk(exec_one, &w);
 	if (!w.new_holder) /* our own exec (not a vfork child's: our memory) */
@@ -798,22 +728,22 @@ size_t dsock_shm_exec_env(char *buf, size_t n, int spawn, const struct dsock_exe
 	return sizeof(name) - 1 + w.used;
 }
 
-void dsock_shm_exec_failed(void)
+void shm_exec_failed(void)
 {
 	struct exec_walk w = { .restore = 1 };
 	dsock_fdt_walk(exec_one, &w);
 }
 
 /* In the new program: take back the connections the old one handed over. */
-void dsock_shm_adopt_inherited(void)
+void shm_adopt(void)
 {
-	const char *env = getenv("DSOCK_SHM_FDS");
+	const char *env = getenv("DSOCK_EXEC_SHM");
 	char copy[1024];
 
 	if (!env)
 		return;
 	snprintf(copy, sizeof(copy), "%s", env);
-	unsetenv("DSOCK_SHM_FDS");
+	unsetenv("DSOCK_EXEC_SHM");
 	for (char *save, *e = strtok_r(copy, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
 		int fd, memfd, side, new_holder;
 		unsigned size;
@@ -838,18 +768,16 @@ void dsock_shm_adopt_inherited(void)
 			continue;
 		}
 		c->state = SC_ATTACHED;
-		c->fork_gen = dsock_shm_fork_gen - 1; /* the old program may hold it too */
+		c->fork_gen = shm_fork_gen - 1; /* the old program may hold it too */
 		fast_count(c);
 		c->reported = 1;
 		c->tx_base = txb;
 		if (new_holder)
 			__atomic_add_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST);
 		held_add(c);
-		s->tp_priv = c;
-		s->owner = &dsock_shm_transport;
 		s->reason = DSOCK_R_NONE;
 		s->state = DSOCK_ST_CONNECTED;
-		__atomic_store_n(&s->tp, &dsock_shm_transport, __ATOMIC_RELEASE);
+		dsock_sock_attach(s, &dsock_shm_transport, c);
 		dsock_sock_put(s);
 	}
 }
@@ -871,7 +799,7 @@ static void exit_one(int fd, struct dsock_sock *s, void *arg)
 		shm_closing(s, fd);
 }
 
-void dsock_shm_exit(void)
+void shm_exit(void)
 {
 	dsock_fdt_walk(exit_one, NULL);
 }
@@ -881,9 +809,9 @@ void dsock_shm_exit(void)
 void shm_wait_offer_done(struct dsock_sock *s)
 {
 	struct shm_conn *c = shm_conn(s);
-	int64_t end = shm_now_ns() + 200 * 1000000LL;
+	int64_t end = dsock_mono_ns() + 200 * 1000000LL;
 
-	while (c->state == SC_PENDING && !c->offer_done && shm_now_ns() < end) {
+	while (c->state == SC_PENDING && !c->offer_done && dsock_mono_ns() < end) {
 		struct pollfd p = { .fd = dsock_ctl_fd(), .events = POLLIN };
 		dsock_ctl_read_mail();
 		if (c->offer_done || p.fd < 0)

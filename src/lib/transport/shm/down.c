@@ -11,7 +11,7 @@
  * and the peer's rx lock (the peer's drains, which stop at down_off).
  * See docs/ARCHITECTURE.md ("Handing a connection over"). */
 #include "lib/transport/shm/shm.h"
-#include "lib/interpose/real.h"
+#include "lib/base/real.h"
 #include "lib/sock/ready.h"
 #include "common/log.h"
 #include "common/reason.h"
@@ -243,7 +243,7 @@ int shm_down_answer(struct dsock_sock *s, int fd)
 	return 0;
 }
 
-_Atomic long dsock_shm_back_conns;
+_Atomic long shm_back_conns;
 
 int shm_down_step(struct dsock_sock *s, int fd)
 {
@@ -258,7 +258,7 @@ int shm_down_step(struct dsock_sock *s, int fd)
 		shm_linger_forget(c);
 		dsock_hidden_set(c->sock, &c->unbacked, 0);
 		if (c->used_ring)
-			atomic_fetch_add(&dsock_shm_back_conns, 1);
+			atomic_fetch_add(&shm_back_conns, 1);
 		shm_to_kernel(s, down_reason(c));
 	}
 	return 0;

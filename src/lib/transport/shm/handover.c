@@ -14,8 +14,8 @@
  * answer, 2 s at most.  See docs/ARCHITECTURE.md ("Handing a connection
  * over"). */
 #include "lib/transport/shm/shm.h"
-#include "lib/core/ctl.h"
-#include "lib/interpose/real.h"
+#include "lib/ctl/ctl.h"
+#include "lib/base/real.h"
 #include "lib/sock/ready.h"
 #include "common/log.h"
 #include "common/reason.h"
@@ -63,7 +63,7 @@ static int arrived(struct shm_conn *c, int fd, uint64_t k, int64_t end)
 		if (dsock_real.ioctl(fd, SIOCINQ, &inq) == 0 &&
 		    __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE) + (uint64_t)inq >= k)
 			return 0;
-		if (shm_now_ns() > end)
+		if (dsock_mono_ns() > end)
 			return -EAGAIN;
 		shm_nap(20000);
 	}
@@ -92,7 +92,7 @@ static int take_exact(struct shm_conn *c, int fd, unsigned char *buf, uint64_t n
 			return -EPIPE; /* EOF before the bytes its counter names */
 		if (errno != EAGAIN)
 			return -errno;
-		if (shm_now_ns() > end)
+		if (dsock_mono_ns() > end)
 			return -ETIMEDOUT;
 		shm_nap(20000);
 	}
@@ -157,8 +157,8 @@ static int peer_down(struct shm_conn *c, int fd, int pfd, int round, int64_t end
 	/* bytes still in flight arrive within microseconds here, unless our
 	 * receive buffer is full of its pre-switch data: then they come as
 	 * that is read (below), else we let go of its locks and come back */
-	if (end > shm_now_ns() + PEER_HOLD_NS)
-		end = shm_now_ns() + PEER_HOLD_NS;
+	if (end > dsock_mono_ns() + PEER_HOLD_NS)
+		end = dsock_mono_ns() + PEER_HOLD_NS;
 	if (kr >= sw && (r = arrived(c, fd, k, end)))
 		goto out;
 	if (kr < sw) {
@@ -209,7 +209,7 @@ static int peer_move(struct shm_conn *c, int fd, int pfd, int64_t end, int *neve
 		}
 		if (r != -EAGAIN)
 			return r;
-		if (shm_now_ns() > end)
+		if (dsock_mono_ns() > end)
 			return -EAGAIN;
 		if (i < 100)
 			sched_yield();
@@ -276,7 +276,7 @@ static int go_back_failed(struct dsock_sock *s, int fd, int pfd, unsigned reason
 int shm_go_back(struct dsock_sock *s, int fd, uint32_t why)
 {
 	struct shm_conn *c = shm_conn(s);
-	int64_t end = shm_now_ns() + DOWN_WAIT_NS;
+	int64_t end = dsock_mono_ns() + DOWN_WAIT_NS;
 	uint32_t none = 0;
 	int r, never = 0, pfd;
 	const char *what = why == DSOCK_DOWN_URGENT ? "it carries urgent data" : "it sets SO_RCVLOWAT";
@@ -289,14 +289,14 @@ int shm_go_back(struct dsock_sock *s, int fd, uint32_t why)
 	__atomic_compare_exchange_n(&c->me->down_req, &none, why, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
 	if (__atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) != DSOCK_SWITCH_NONE)
 		shm_wake_peer(c, fd); /* (its token must go before our sending is plain) */
-	while ((r = shm_tx_down(c, fd, 0)) == -EAGAIN && shm_now_ns() < end)
+	while ((r = shm_tx_down(c, fd, 0)) == -EAGAIN && dsock_mono_ns() < end)
 		shm_nap(20000);
 	if (r)
 		return go_back_failed(s, fd, -1, DSOCK_R_HANDOVER_RESET, what,
 				      "our ring could not move back to the kernel");
 	if ((pfd = lend_peer(s, c, fd)) >= 0) {
 		/* a short try: a peer busy inside its own call follows later */
-		r = peer_move(c, fd, pfd, shm_now_ns() + GO_BACK_PEER_NS, &never);
+		r = peer_move(c, fd, pfd, dsock_mono_ns() + GO_BACK_PEER_NS, &never);
 		dsock_real.close(pfd);
 		if (r < 0 && r != -EAGAIN)
 			return go_back_failed(s, fd, -1, DSOCK_R_HANDOVER_RESET, what,
@@ -311,7 +311,7 @@ int shm_go_back(struct dsock_sock *s, int fd, uint32_t why)
 int shm_handover(struct dsock_sock *s, int fd)
 {
 	struct shm_conn *c = shm_conn(s);
-	int64_t end = shm_now_ns() + DOWN_WAIT_NS;
+	int64_t end = dsock_mono_ns() + DOWN_WAIT_NS;
 	int r, never = 0, pfd;
 	const char *what = "it goes to a program without dsock";
 
@@ -328,7 +328,7 @@ int shm_handover(struct dsock_sock *s, int fd)
 	 * could leave our unread pre-switch data ahead of its tokens */
 	if (pfd < 0)
 		shm_wake_peer(c, fd);
-	while ((r = shm_tx_down(c, fd, 0)) == -EAGAIN && shm_now_ns() < end)
+	while ((r = shm_tx_down(c, fd, 0)) == -EAGAIN && dsock_mono_ns() < end)
 		shm_nap(20000);
 	if (r)
 		return go_back_failed(s, fd, pfd, DSOCK_R_HANDOVER_RESET, what,
@@ -358,7 +358,7 @@ int shm_handover(struct dsock_sock *s, int fd)
 		if (r < 0)
 			return go_back_failed(s, fd, -1, DSOCK_R_HANDOVER_RESET, what,
 					      "its peer ended its stream with bytes unread in our ring");
-		if (shm_now_ns() > end)
+		if (dsock_mono_ns() > end)
 			return go_back_failed(s, fd, -1, DSOCK_R_HANDOVER_RESET, what,
 					      "its peer did not answer within 2 s");
 		if (i < 100)
@@ -383,7 +383,7 @@ int shm_handover(struct dsock_sock *s, int fd)
 		if (r)
 			break;
 		shm_unlock(&c->rx->rx_lock);
-		if (shm_now_ns() > end)
+		if (dsock_mono_ns() > end)
 			return go_back_failed(s, fd, -1, DSOCK_R_HANDOVER_RESET, what,
 					      "its peer's wake-up tokens did not arrive");
 		shm_nap(20000);

@@ -25,6 +25,12 @@ static int shm_handover_op(struct dsock_sock *s, int fd)
 	return r ? r : shm_down_step(s, fd);
 }
 
+static void shm_counts(long *carried, long *back)
+{
+	*carried = atomic_load(&shm_ring_conns);
+	*back = atomic_load(&shm_back_conns);
+}
+
 const struct dsock_transport dsock_shm_transport = {
 	.name = "shm",
 	.offer = shm_offer,
@@ -45,4 +51,13 @@ const struct dsock_transport dsock_shm_transport = {
 	.handover = shm_handover_op,
 	.release = shm_release,
 	.before_sleep = shm_settle_lingering,
+	.init = shm_init,
+	.adopt = shm_adopt,
+	.fork_prepare = shm_fork_prepare,
+	.fork_parent = shm_fork_parent,
+	.fork_child = shm_fork_child,
+	.exec_env = shm_exec_env,
+	.exec_failed = shm_exec_failed,
+	.exit = shm_exit,
+	.counts = shm_counts,
 };

@@ -1,7 +1,7 @@
 /* Receiving on the shm transport: the peer's kernel bytes up to its
  * switch, then the ring; spinning, then sleeping in the kernel. */
 #include "lib/transport/shm/ring.h"
-#include "lib/interpose/real.h"
+#include "lib/base/real.h"
 #include "lib/sock/ready.h"
 #include "common/log.h"
 #include "common/reason.h"
@@ -166,11 +166,11 @@ static ssize_t sleep_partial(int fd, int64_t *deadline)
 		struct timeval tv = { 0, 0 };
 		socklen_t tl = sizeof(tv);
 		dsock_real.getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &tl);
-		*deadline = tv.tv_sec || tv.tv_usec ? shm_now_ns() + tv.tv_sec * 1000000000LL + tv.tv_usec * 1000LL
+		*deadline = tv.tv_sec || tv.tv_usec ? dsock_mono_ns() + tv.tv_sec * 1000000000LL + tv.tv_usec * 1000LL
 						    : INT64_MAX;
 	}
 	if (*deadline != INT64_MAX) {
-		int64_t left = *deadline - shm_now_ns();
+		int64_t left = *deadline - dsock_mono_ns();
 		ms = left <= 0 ? 0 : (int)((left + 999999) / 1000000);
 	}
 	r = dsock_real.poll(&p, 1, ms);
@@ -270,7 +270,7 @@ again:
 		/* the lease: before waiting (or reading the kernel), not for data
 		 * already there (rx_leave's lease follows the read anyway) */
 		if (leased || !__atomic_load_n(&c->me->rx_switched, __ATOMIC_RELAXED))
-			shm_hot(c, shm_now_ns() + SPIN_NS);
+			shm_hot(c, dsock_mono_ns() + SPIN_NS);
 		if (!peek_now && peek_ready(c, fd) >= total)
 			peek_now = 1;
 		if (peek_now && !kpeeked && !__atomic_load_n(&c->me->rx_switched, __ATOMIC_SEQ_CST)) {
@@ -347,7 +347,7 @@ again:
 		 * system call there cost each ping-pong round trip ~0.1-0.3 us
 		 * here); a peer that dies without closing is seen within 20 us,
 		 * or by the kernel sleep below */
-		int64_t t_now = shm_now_ns();
+		int64_t t_now = dsock_mono_ns();
 		if (nb < 0)
 			nb = shm_nonblocking(s, fd, flags);
 		if (next_check < 0)
@@ -444,7 +444,7 @@ again:
 		}
 		shm_unlock(&c->rx->rx_lock);
 		char t;
-		int64_t wait_start = shm_now_ns();
+		int64_t wait_start = dsock_mono_ns();
 		/* a peek waiting for all of its bytes while the peer's pre-switch
 		 * bytes sit in the kernel: for one more byte there (data or a
 		 * token), uncopied; while only ring bytes are there, as a receive

@@ -71,7 +71,7 @@ struct shm_conn {
 	struct dsock_shm_side *me, *peer;
 	int unbacked;        /* rx ring has data that no token backs */
 	int lingering;       /* on the linger list: our lease outlives a recv */
-	unsigned fork_gen;   /* dsock_shm_fork_gen when attached (in this process) */
+	unsigned fork_gen;   /* shm_fork_gen when attached (in this process) */
 	int let_go;          /* this process no longer counts among the holders */
 	int on_held;         /* on the list of attached connections (conn.c) */
 	struct shm_conn *hnext, *hprev;
@@ -102,9 +102,9 @@ struct shm_conn {
 
 extern const struct dsock_transport dsock_shm_transport;
 /* Connections of this process whose bytes went through a ring. */
-extern _Atomic long dsock_shm_ring_conns;
+extern _Atomic long shm_ring_conns;
 /* ... and of them, those that went back to the kernel (down.c). */
-extern _Atomic long dsock_shm_back_conns;
+extern _Atomic long shm_back_conns;
 
 static inline struct shm_conn *shm_conn(struct dsock_sock *s)
 {
@@ -125,8 +125,8 @@ extern _Atomic int32_t shm_asleep_score[SHM_ASLEEP_SLOTS];
 /* Adds c's part to its service's score; returns the score. */
 int32_t shm_asleep_flush(struct shm_conn *c);
 
-int dsock_shm_init(void);
-int shm_offer(struct dsock_sock *s, int fd, int role, unsigned *reason);
+int shm_init(void);
+int shm_offer(struct dsock_sock *s, int fd, int role, void **priv, unsigned *reason);
 /* Delivers mail and settles an OFFER_DUE / PENDING / delayed connection.
  * Returns 1 when the connection is attached (mapping valid). */
 int shm_progress(struct dsock_sock *s, int fd);
@@ -147,20 +147,20 @@ int shm_reset(struct dsock_sock *s, int fd, unsigned reason);
 
 /* Fork: a pairing still pending when the process forks is refused in both
  * processes (only one of them would hear the answer). */
-void dsock_shm_fork_prepare(void);
-void dsock_shm_fork_parent(void);
-void dsock_shm_fork_child(void);
+void shm_fork_prepare(void);
+void shm_fork_parent(void);
+void shm_fork_child(void);
 /* exec: hands attached connections to the new program through the
- * environment (DSOCK_SHM_FDS), and takes them back in it; if the new
+ * environment (DSOCK_EXEC_SHM), and takes them back in it; if the new
  * program will not run dsock (t), they go back to the kernel instead.  spawn: the new
  * program runs in another process (posix_spawn), which adds a holder. */
 struct dsock_exec_target;
-size_t dsock_shm_exec_env(char *buf, size_t n, int spawn, const struct dsock_exec_target *t);
-void dsock_shm_exec_failed(void);
-void dsock_shm_adopt_inherited(void);
+size_t shm_exec_env(char *buf, size_t n, int spawn, const struct dsock_exec_target *t);
+void shm_exec_failed(void);
+void shm_adopt(void);
 /* Normal exit: this process lets go of its connections as close does (a
  * process that ends with _exit or a signal cannot: see ARCHITECTURE.md). */
-void dsock_shm_exit(void);
+void shm_exit(void);
 
 /* data.c */
 /* 1 once this process is registered for MEMBARRIER_CMD_GLOBAL_EXPEDITED
@@ -205,14 +205,6 @@ int shm_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void 
 /* 1 if our pollers must report fd readable although the kernel may not. */
 int shm_hidden_readable(struct dsock_sock *s);
 
-/* CLOCK_MONOTONIC in ns (the sock layer's clock: its waits and ours
- * compare times) */
-static inline int64_t shm_now_ns(void)
-{
-	return dsock_mono_ns();
-}
-int64_t shm_coarse_ns(void); /* CLOCK_MONOTONIC at the last tick (conn.c) */
-int64_t shm_lease_now_ns(void); /* CLOCK_MONOTONIC by the TSC, ~1 us (conn.c) */
 /* How long a consumer that left recv keeps its lease (DSOCK_LEASE_US). */
 extern int64_t shm_lease_ns;
 /* Lock words in shared memory (tid-tagged; a dead holder's lock is taken
@@ -286,13 +278,13 @@ static inline int shm_down_asked(const struct shm_conn *c)
 	return __atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE) &&
 	       !__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE);
 }
-extern unsigned dsock_shm_fork_gen;
+extern unsigned shm_fork_gen;
 /* Another process may hold our end, or did: a fork (fork_gen) or an
  * adoption (holders).  Such a connection never moves back first because
  * its consumers sleep (down.c), nor asks to (data.c). */
 static inline int shm_shared(const struct shm_conn *c)
 {
-	return c->fork_gen != dsock_shm_fork_gen || __atomic_load_n(&c->me->holders, __ATOMIC_RELAXED) != 1 ||
+	return c->fork_gen != shm_fork_gen || __atomic_load_n(&c->me->holders, __ATOMIC_RELAXED) != 1 ||
 	       __atomic_load_n(&c->peer->holders, __ATOMIC_RELAXED) != 1;
 }
 /* Before a call (no shared lock held): answers the peer's request by
@@ -394,7 +386,7 @@ void shm_rx_switch_if_read(struct shm_conn *c);
  * leases are ended (shm_settle_lingering) so that data arriving afterwards
  * is tokened again.  Only connections used by this one process linger: a
  * fork bumps the generation, and older connections settle at once. */
-extern unsigned dsock_shm_fork_gen;
+extern unsigned shm_fork_gen;
 void shm_settle_lingering(void);
 void shm_linger_forget(struct shm_conn *c);
 

@@ -1,4 +1,4 @@
-#include "lib/interpose/real.h"
+#include "lib/base/real.h"
 
 #include <dlfcn.h>
 #include <errno.h>

@@ -9,9 +9,9 @@
  *
  * Runs in the exec wrapper, possibly in a vfork child: stack only, no
  * allocation. */
-#include "lib/core/exec_target.h"
-#include "lib/core/proc.h"
-#include "lib/interpose/real.h"
+#include "lib/base/exec_target.h"
+#include "lib/base/proc.h"
+#include "lib/base/real.h"
 
 #include <elf.h>
 #include <errno.h>

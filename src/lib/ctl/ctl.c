@@ -1,7 +1,8 @@
-#include "lib/core/ctl.h"
-#include "lib/core/guard.h"
-#include "lib/core/proc.h"
-#include "lib/interpose/real.h"
+#include "lib/ctl/ctl.h"
+#include "lib/base/clock.h"
+#include "lib/base/guard.h"
+#include "lib/base/proc.h"
+#include "lib/base/real.h"
 #include "lib/sock/sock.h"
 #include "common/log.h"
 #include "common/paths.h"
@@ -44,14 +45,6 @@ static void ctl_unlock(void)
 	atomic_flag_clear_explicit(&ctl_busy, memory_order_release);
 }
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static int ctl_connect_locked(unsigned flags, int ppid);
 static void replay_one(int fd, struct dsock_sock *unused, void *arg);
 
@@ -65,7 +58,7 @@ static void lose_daemon_locked(int retry_now)
 
 	if (fd >= 0)
 		dsock_real.close(fd);
-	ctl_next_try_ns = retry_now ? 0 : now_ns() + 1000000000;
+	ctl_next_try_ns = retry_now ? 0 : dsock_mono_ns() + 1000000000;
 }
 
 /* Sends one message.  On a dead daemon (it restarted, or died) forgets the
@@ -164,7 +157,7 @@ static int ctl_connect_locked(unsigned flags, int ppid)
 	struct dsock_msg_hello h;
 	int fd, mfd;
 
-	ctl_next_try_ns = now_ns() + 1000000000;
+	ctl_next_try_ns = dsock_mono_ns() + 1000000000;
 	if (dsock_socket_path(sa.sun_path, sizeof(sa.sun_path)))
 		return -ENAMETOOLONG;
 	fd = dsock_real.socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -307,7 +300,7 @@ static void replay_listener(int fd, struct dsock_sock *unused, void *arg)
 
 static void ctl_reconnect_locked(void)
 {
-	if (atomic_load(&ctl_fd) >= 0 || now_ns() < ctl_next_try_ns)
+	if (atomic_load(&ctl_fd) >= 0 || dsock_mono_ns() < ctl_next_try_ns)
 		return;
 	if (ctl_connect_locked(0, 0) == 0) {
 		DSOCK_INFO("connected to the daemon");
@@ -468,12 +461,12 @@ int dsock_ctl_fetch_memfd(unsigned long long sock_id, int sock_fd, int timeout_m
 	struct dsock_msg_memfd_req q = { .sock_id = sock_id };
 	union { struct dsock_msg_hdr h; char b[DSOCK_MSG_MAX + 1]; } m;
 	union dsock_cmsg_one cm;
-	int64_t end = now_ns() + (int64_t)timeout_ms * 1000000;
+	int64_t end = dsock_mono_ns() + (int64_t)timeout_ms * 1000000;
 	int r = -ETIMEDOUT, fd;
 
 	DSOCK_GUARD_ENTER();
 	while (!ctl_trylock()) {
-		if (now_ns() >= end) {
+		if (dsock_mono_ns() >= end) {
 			DSOCK_GUARD_EXIT();
 			return -ETIMEDOUT;
 		}
@@ -483,7 +476,7 @@ int dsock_ctl_fetch_memfd(unsigned long long sock_id, int sock_fd, int timeout_m
 	if (fd < 0 || ctl_send_fd_locked(DSOCK_MSG_MEMFD_REQ, &q, sizeof(q), sock_fd) < 0)
 		r = -ENOTCONN;
 	else
-		for (int64_t left; r == -ETIMEDOUT && (left = end - now_ns()) > 0;) {
+		for (int64_t left; r == -ETIMEDOUT && (left = end - dsock_mono_ns()) > 0;) {
 			struct pollfd p = { .fd = fd, .events = POLLIN };
 			struct iovec v = { m.b, sizeof(m.b) };
 			struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1, .msg_control = cm.b,
@@ -547,6 +540,6 @@ void dsock_ctl_fd_lost(unsigned first, unsigned last)
 	while (!ctl_trylock())
 		sched_yield();
 	atomic_store(&ctl_fd, -1);
-	ctl_next_try_ns = now_ns() + 1000000000;
+	ctl_next_try_ns = dsock_mono_ns() + 1000000000;
 	ctl_unlock();
 }

@@ -3,9 +3,9 @@
  * on a connection of its own: the caller may be a vfork child sharing its
  * parent's memory and control socket, or a program that closed every fd
  * before its exec.  Nothing here allocates or takes a lock of ours. */
-#include "lib/core/ctl.h"
-#include "lib/core/guard.h"
-#include "lib/interpose/real.h"
+#include "lib/ctl/ctl.h"
+#include "lib/base/guard.h"
+#include "lib/base/real.h"
 #include "common/fdpass.h"
 #include "common/paths.h"
 #include "common/proto.h"

@@ -13,7 +13,7 @@ struct dsock_exec_target {
 };
 
 /* 1 if the new program will load libdsock.so with the fast path enabled
- * and so take the connections over (DSOCK_SHM_FDS); 0 if not, or unsure. */
+ * and so take the connections over (the transports' exec entries); 0 if not, or unsure. */
 int dsock_exec_runs_dsock(const struct dsock_exec_target *t);
 
 #endif

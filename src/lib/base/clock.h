@@ -1,0 +1,33 @@
+/* The library's clock: CLOCK_MONOTONIC in nanoseconds, read three ways.
+ * Every wait, deadline and lease in the library compares times of this one
+ * clock, so a time taken in one layer is valid in another. */
+#ifndef DSOCK_CLOCK_H
+#define DSOCK_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+/* The precise reading (a vDSO call, ~20 ns here). */
+static inline int64_t dsock_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The same clock at the last tick: no TSC read, lags by at most a tick.
+ * Only for deadlines whose holder looks again whenever one ends. */
+int64_t dsock_coarse_ns(void);
+
+/* The same clock extrapolated by the TSC from this thread's last precise
+ * reading, read again once a millisecond has passed: ~10 ns, within about
+ * a microsecond.  The TSC is used only where the kernel keeps time with it
+ * (clocksource tsc: synchronized, constant rate); elsewhere, and before
+ * dsock_clock_init, this is dsock_mono_ns. */
+int64_t dsock_fast_ns(void);
+
+/* Reads the clock source once (start-up). */
+void dsock_clock_init(void);
+
+#endif
