@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole default test run (about 8 minutes here):
 #   unit tests, plain, under ASan+UBSan and under TSan (the threaded
-#   fast-path test among them); the export list; the conformance
+#   fast-path test among them); the export list; the source layout; the conformance
 #   suite (every scenario natively and under dsock: fast path on, its
 #   connections going back to the kernel mid-stream, off) and its harness
 #   self-tests; the daemon and CLI; faults and resource exhaustion; a
@@ -100,6 +100,9 @@ harness_selftest() {
 step "build" make -s -j2 BUILD="$BUILD"
 step "unit tests" unit "$BUILD"
 step "exports" tests/unit/exports.sh "$BUILD"
+# the layer rules, file lengths and no tracked build outputs (and that the
+# check catches each breach)
+step "layout" sh -c 'tests/unit/layout.py --self-test && tests/unit/layout.py'
 step "build with ASan+UBSan" make -s -j2 san SAN=address,undefined BUILD="$SANBUILD"
 step "unit tests under ASan+UBSan" unit "$SANBUILD"
 # ThreadSanitizer over the unit tests, the threaded fast-path one included

@@ -43,8 +43,7 @@ watched() {
 
 # "asleep": every connection goes back to the kernel at its first ring
 # read, as one whose consumers sleep does (DSOCK_TEST_DOWN_READS=1), with
-# bytes in flight.  (Out of the default run until session 14: about one
-# such run in three stalled on a lost space token, now fixed.)
+# bytes in flight.
 for mode in native dsock $([ "${SOAK_ASLEEP:-1}" = 1 ] && echo asleep); do
 	rm -f "$TMP/report"
 	if [ $mode = native ]; then

@@ -1,5 +1,5 @@
 /* Sends with no locked instruction (lib/sock/solo.h, the biased producer
- * lock in transport/shm/data.c), and what must still hold:
+ * lock in transport/shm/lock.c), and what must still hold:
  *
  * 1. Two threads sending on one socket: the first one's bias on the
  *    producer lock is revoked mid-stream, and both byte streams arrive

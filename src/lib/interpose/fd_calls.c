@@ -1,7 +1,7 @@
 /* Calls that close, copy or change fds. */
 #include "lib/interpose/api.h"
 #include "lib/sock/sock.h"
-#include "lib/transport/transport.h"
+#include "lib/sock/io.h"
 
 #include <fcntl.h>
 #include <stdarg.h>
@@ -86,18 +86,12 @@ DSOCK_API int ioctl(int fd, unsigned long req, ...)
 	arg = va_arg(ap, void *);
 	va_end(ap);
 	if ((req == FIONREAD) && arg && !DSOCK_GUARDED()) {
-		/* bytes waiting in a transport's ring are the answer */
-		struct dsock_sock *s = dsock_fdt_peek(fd) ? dsock_fdt_get(fd) : NULL;
-		const struct dsock_transport *tp = s ? __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) : NULL;
-		if (tp && tp->readable) {
-			long n = tp->readable(s, fd);
-			dsock_sock_put(s);
-			if (n >= 0) {
-				*(int *)arg = (int)n;
-				return 0;
-			}
-		} else if (s) {
-			dsock_sock_put(s);
+		/* the bytes a transport holds for fd are the answer */
+		long n = dsock_io_readable(fd);
+
+		if (n >= 0) {
+			*(int *)arg = (int)n;
+			return 0;
 		}
 	}
 	r = dsock_real.ioctl(fd, req, arg);

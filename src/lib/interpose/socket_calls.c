@@ -2,7 +2,6 @@
 #include "lib/interpose/api.h"
 #include "lib/sock/io.h"
 #include "lib/sock/sock.h"
-#include "lib/transport/transport.h"
 
 DSOCK_API int socket(int domain, int type, int protocol)
 {
@@ -60,23 +59,13 @@ DSOCK_API int shutdown(int fd, int how)
 	return (int)dsock_ret(dsock_io_shutdown(fd, how));
 }
 
-/* Options and names are the kernel's answer while the kernel carries the
- * connection; a transport will answer here once it owns one. */
-/* A transport answers the options whose kernel answer would be wrong. */
+/* Options are the kernel's answer, except those a transport carrying the
+ * connection answers because the kernel's would be wrong. */
 static int transport_sockopt(int fd, int set, int level, int opt, void *val, socklen_t *len)
 {
-	struct dsock_sock *s = dsock_fdt_peek(fd);
-	int r = -ENOPROTOOPT;
-
-	if (!s || !__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) || !val || !len || DSOCK_GUARDED())
-		return r;
-	if ((s = dsock_fdt_get(fd))) {
-		const struct dsock_transport *tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
-		if (tp && tp->sockopt)
-			r = tp->sockopt(s, fd, set, level, opt, val, len);
-		dsock_sock_put(s);
-	}
-	return r;
+	if (!val || !len || DSOCK_GUARDED())
+		return -ENOPROTOOPT;
+	return dsock_io_sockopt(fd, set, level, opt, val, len);
 }
 
 DSOCK_API int getsockopt(int fd, int level, int opt, void *val, socklen_t *len)

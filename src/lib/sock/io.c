@@ -25,16 +25,9 @@ static inline struct dsock_sock *ours(int fd)
 /* The socket with a reference when a transport owns it, else NULL. */
 static inline struct dsock_sock *owned(int fd)
 {
-	struct dsock_sock *s;
+	const struct dsock_transport *tp;
 
-	if (!ours(fd))
-		return NULL;
-	s = dsock_fdt_get(fd);
-	if (s && !s->tp) {
-		dsock_sock_put(s);
-		return NULL;
-	}
-	return s;
+	return dsock_sock_carried(fd, &tp);
 }
 
 /* A socket that owned() found may leave its transport (tp = NULL) at any
@@ -334,4 +327,32 @@ int dsock_io_shutdown(int fd, int how)
 		return r;
 	}
 	return SYSRET(dsock_real.shutdown(fd, how));
+}
+
+long dsock_io_readable(int fd)
+{
+	const struct dsock_transport *tp;
+	struct dsock_sock *s = dsock_sock_carried(fd, &tp);
+	long n = -ENOTSUP;
+
+	if (!s)
+		return n;
+	if (tp->readable)
+		n = tp->readable(s, fd);
+	dsock_sock_put(s);
+	return n < 0 ? -ENOTSUP : n;
+}
+
+int dsock_io_sockopt(int fd, int set, int level, int opt, void *val, socklen_t *len)
+{
+	const struct dsock_transport *tp;
+	struct dsock_sock *s = dsock_sock_carried(fd, &tp);
+	int r = -ENOPROTOOPT;
+
+	if (!s)
+		return r;
+	if (tp->sockopt)
+		r = tp->sockopt(s, fd, set, level, opt, val, len);
+	dsock_sock_put(s);
+	return r;
 }

@@ -93,16 +93,14 @@ int dsock_spin_contended(long long now_ns)
 /* 1 if the kernel's IN on fd is only wake-up tokens (now drained). */
 static int spurious_in(int fd)
 {
-	struct dsock_sock *s = fd >= 0 ? dsock_fdt_peek(fd) : NULL;
-	int r = 0;
+	const struct dsock_transport *tp;
+	struct dsock_sock *s = dsock_sock_carried(fd, &tp);
+	int r;
 
-	if (!s || !__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE))
+	if (!s)
 		return 0;
-	if ((s = dsock_fdt_get(fd))) {
-		const struct dsock_transport *tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
-		r = tp && tp->spurious_in && tp->spurious_in(s, fd);
-		dsock_sock_put(s);
-	}
+	r = tp->spurious_in && tp->spurious_in(s, fd);
+	dsock_sock_put(s);
 	return r;
 }
 

@@ -28,8 +28,8 @@ extern _Atomic int dsock_sleepers;
 /* This thread's sleeps: bumped when one of our waits in the kernel (a
  * poller's, a receiver's) took DSOCK_SLEPT_NS or more, so it slept and was
  * woken.  A transport's receiver tells by it whether its read came after
- * a wake-up (shm: the consumer-asleep rule, data.c).  dsock_wait_end: the
- * wait that started at t0_ns (mono) is over. */
+ * a wake-up.  dsock_wait_end: the wait that started at t0_ns (mono) is
+ * over. */
 extern __thread unsigned dsock_sleep_gen;
 #define DSOCK_SLEPT_NS 5000LL
 static inline void dsock_wait_end(long long t0_ns)

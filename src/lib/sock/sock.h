@@ -86,6 +86,25 @@ static inline struct dsock_sock *dsock_fdt_peek(int fd)
 
 /* Look-up with a reference (drop it with dsock_sock_put), or NULL. */
 struct dsock_sock *dsock_fdt_get(int fd);
+
+/* The one look-up before a call into a transport: the socket, with a
+ * reference, when a transport carries fd now (*tp: that transport), else
+ * NULL: one lock-free load when the kernel carries fd. */
+static inline struct dsock_sock *dsock_sock_carried(int fd, const struct dsock_transport **tp)
+{
+	struct dsock_sock *s = fd >= 0 ? dsock_fdt_peek(fd) : NULL;
+
+	if (__builtin_expect(!s || !__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE), 1))
+		return NULL;
+	if (!(s = dsock_fdt_get(fd)))
+		return NULL;
+	*tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
+	if (!*tp) {
+		dsock_sock_put(s);
+		return NULL;
+	}
+	return s;
+}
 /* Puts s (whose reference the table takes over) at fd and returns what was
  * there (whose table reference the caller now owns), or NULL.  s may be NULL
  * to clear the slot.  Returns (void *)-1 when fd is out of range or memory

@@ -33,7 +33,7 @@ static struct shm_conn *pending; /* connections waiting for a RESULT */
 static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_conn *held;
 
-static void held_add(struct shm_conn *c)
+void shm_held_add(struct shm_conn *c)
 {
 	pthread_mutex_lock(&held_mu);
 	c->hprev = NULL;
@@ -81,7 +81,7 @@ static void unlink_pending(struct shm_conn *c)
 /* dsock_fastpath_conns counts attached connections still on the
  * transport (our pollers spin only while there are some): a connection
  * counts from its attach until it leaves the transport or is released. */
-static void fast_count(struct shm_conn *c)
+void shm_fast_count(struct shm_conn *c)
 {
 	__atomic_store_n(&c->fast_counted, 1, __ATOMIC_RELAXED);
 	atomic_fetch_add(&dsock_fastpath_conns, 1);
@@ -115,7 +115,7 @@ void shm_to_kernel(struct dsock_sock *s, unsigned reason)
  * per connection would count against the application's fd limit (a
  * program that fits natively must fit under dsock) and show in its
  * /proc/self/fd; an exec gets it again from the daemon (exec_one). */
-static int map_conn(struct shm_conn *c, int memfd, int side, uint32_t size)
+int shm_map_conn(struct shm_conn *c, int memfd, int side, uint32_t size)
 {
 	size_t len = DSOCK_SHM_HDR + 2 * (size_t)size;
 	int seals = dsock_real.fcntl(memfd, F_GET_SEALS);
@@ -159,7 +159,7 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 	struct shm_conn *c = shm_conn(s);
 	int r;
 
-	/* Dekker with the readers (data.c): we announce, then look; a reader
+	/* Dekker with the readers (recv.c): we announce, then look; a reader
 	 * counts itself, then looks.  seq_cst: one of us sees the other. */
 	atomic_store(&c->attaching, 1);
 	/* nor while a PENDING-state send is in flight (it holds mu).  Wait for
@@ -182,7 +182,7 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 		__atomic_store_n(&c->delayed_memfd, memfd, __ATOMIC_RELEASE);
 		return;
 	}
-	r = map_conn(c, memfd, side, size);
+	r = shm_map_conn(c, memfd, side, size);
 	if (r) {
 		pthread_mutex_unlock(&c->mu);
 		dsock_real.close(memfd);
@@ -203,7 +203,7 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 	__atomic_store_n(&c->me->kread, (uint64_t)atomic_load(&c->pending_read), __ATOMIC_RELEASE);
 	__atomic_store_n(&c->me->tx_base, c->tx_base, __ATOMIC_RELAXED); /* (a peer's hand-over) */
 	__atomic_store_n(&c->me->holders, 1, __ATOMIC_RELEASE);
-	held_add(c);
+	shm_held_add(c);
 	/* shut down while pending: never switch to the ring (seq_cst: a
 	 * shutdown racing with us sees our mapping, or we its wr_shut) */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -213,7 +213,7 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 	__atomic_store_n(&c->me->attached, DSOCK_ATT_ATTACHED, __ATOMIC_SEQ_CST);
 	c->state = SC_ATTACHED;
 	c->fork_gen = shm_fork_gen;
-	fast_count(c);
+	shm_fast_count(c);
 	atomic_store(&c->attaching, 0);
 	pthread_mutex_unlock(&c->mu);
 }
@@ -269,7 +269,7 @@ int shm_offer_calls = 4;
 
 /* Connections to one service go back to the kernel once their consumers
  * were found asleep before this many more reads than 8 in 9
- * (DSOCK_ASLEEP_READS; 0: never; data.c, note_read).  1,024: redis-benchmark
+ * (DSOCK_ASLEEP_READS; 0: never; tokens.c, note_read).  1,024: redis-benchmark
  * with 1 client went back in 2 of 3 runs at 128 under the producer-side
  * rule this replaced (its server sleeps at first), 0 of 11 at 1,024. */
 unsigned shm_asleep_reads = 1024;
@@ -318,7 +318,7 @@ int shm_init(void)
 }
 
 /* Closes a memfd fetched for an exec, in the process that fetched it. */
-static void drop_exec_memfd(struct shm_conn *c)
+void shm_drop_exec_memfd(struct shm_conn *c)
 {
 	if (c->exec_memfd >= 0 && c->exec_memfd_pid == (int)syscall(SYS_getpid))
 		dsock_real.close(c->exec_memfd);
@@ -327,7 +327,7 @@ static void drop_exec_memfd(struct shm_conn *c)
 
 static _Atomic uint32_t conn_nr; /* numbers this process's connections (tail_writer) */
 
-static struct shm_conn *new_conn(struct dsock_sock *s)
+struct shm_conn *shm_new_conn(struct dsock_sock *s)
 {
 	struct shm_conn *c = calloc(1, sizeof(*c));
 
@@ -370,7 +370,7 @@ int shm_offer(struct dsock_sock *s, int fd, int role, void **priv, unsigned *rea
 
 	if (!dsock_proc.enabled)
 		return -ENOTSUP;
-	c = new_conn(s);
+	c = shm_new_conn(s);
 	if (!c) {
 		*reason = DSOCK_R_RESOURCE;
 		return -ENOMEM;
@@ -521,7 +521,7 @@ void shm_release(struct dsock_sock *s)
 			__atomic_store_n(&c->me->attached, DSOCK_ATT_REFUSED, __ATOMIC_RELEASE);
 		munmap(c->h, c->map_len);
 	}
-	drop_exec_memfd(c);
+	shm_drop_exec_memfd(c);
 	if (c->kfd >= 0)
 		dsock_real.close(c->kfd); /* the socket's last reference: FIN now */
 	if (c->delayed_memfd >= 0)
@@ -622,186 +622,6 @@ void shm_fork_child(void)
 		c->state = SC_PENDING;
 		dsock_sock_detach(c->sock, DSOCK_R_FORKED);
 	}
-}
-
-/* ---- exec ------------------------------------------------------------------ */
-struct exec_walk {
-	char *buf;
-	size_t n, used;
-	int restore;
-	int new_holder; /* the new program runs in a process not counted yet */
-	unsigned mark;  /* this exec attempt */
-	const struct dsock_exec_target *target;
-	int runs_dsock; /* the new program will: -1 not known yet */
-};
-
-static unsigned exec_mark;
-
-static void exec_one(int fd, struct dsock_sock *s, void *arg)
-{
-	struct exec_walk *w = arg;
-	struct shm_conn *c;
-	int fl;
-
-	if (__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) != &dsock_shm_transport || !(c = shm_conn(s)))
-		return;
-	if (c->state != SC_ATTACHED) {
-		c->refuse = DSOCK_R_FORKED; /* the new program will not hear the answer */
-		return;
-	}
-	if (w->restore) {
-		drop_exec_memfd(c); /* the exec failed, or a spawned child has it */
-		if (c->exec_dropped) { /* still ours after all */
-			c->exec_dropped = 0;
-			c->let_go = 0;
-			__atomic_add_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST);
-		}
-		return;
-	}
-	fl = dsock_real.fcntl(fd, F_GETFD);
-	if (fl < 0 || (fl & FD_CLOEXEC))
-		return;
-	if (w->runs_dsock < 0)
-		w->runs_dsock = dsock_exec_runs_dsock(w->target);
-	/* the new program maps the memory from an fd that survives the exec:
-	 * the daemon keeps one (we closed ours once mapped) */
-	int mine = c->exec_memfd >= 0 && c->exec_memfd_pid == (int)syscall(SYS_getpid); /* a dup's */
-	int mfd = !w->runs_dsock ? -1 : mine ? c->exec_memfd : dsock_ctl_fetch_memfd(s->id, fd, 1000);
-	int len = mfd < 0 ? -1 : snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%d:%u:%lld:%d",
-					  w->used ? "," : "", fd, mfd, c->side, c->size,
-					  (long long)c->tx_base, w->new_holder);
-	if (len < 0 || (size_t)len >= w->n - w->used) {
-		/* a program without dsock would read tokens as data; with no
-		 * memory to hand over (no daemon: it restarted, or it forgot a
-		 * connection whose first holders left) the new one could not
-		 * use the ring: either way the kernel carries it from now */
-		if (w->runs_dsock)
-			DSOCK_INFO("sock %llu goes back to the kernel for the exec (%s)", (unsigned long long)s->id,
-				   mfd < 0 ? strerror(-mfd) : "too many connections to name");
-		if (mfd >= 0 && !mine)
-			dsock_real.close(mfd);
-		shm_handover(s, fd);
-		c->exec_mark = w->mark; /* its fd survives: not dropped */
-		return;
-	}
-	dsock_real.fcntl(mfd, F_SETFD, 0); /* survives the exec */
-	c->exec_memfd = mfd;
-	c->exec_memfd_pid = (int)syscall(SYS_getpid);
-	w->used += (size_t)len;
-	c->exec_mark = w->mark;
-}
-
-/* After the walk: a connection none of whose fds survives the exec is
- * closed by it, so this process lets go of it (undone if the exec fails). */
-static void exec_drop(int fd, struct dsock_sock *s, void *arg)
-{
-	struct exec_walk *w = arg;
-	struct shm_conn *c;
-
-	if (s->owner == &dsock_shm_transport && (c = shm_conn(s)) && c->state == SC_ATTACHED &&
-	    c->exec_mark != w->mark && !c->let_go) {
-		shm_let_go(c);
-		c->exec_dropped = 1;
-	}
-}
-
-size_t shm_exec_env(char *buf, size_t n, int spawn, const struct dsock_exec_target *t)
-{
-	static const char name[] = "DSOCK_EXEC_SHM=";
-	/* a vfork child (our memory, its own process) is a new holder too */
-	struct exec_walk w = { .buf = buf + sizeof(name) - 1, .n = n - (sizeof(name) - 1),
-			       .new_holder = spawn || !dsock_table_owner(), .target = t, .runs_dsock = -1 };
-
-	if (n <= sizeof(name))
-		return 0;
-	/* another process will read these connections: no lease of ours may
-	 * outlive a recv on them from now on (as at fork) */
-	if (w.new_holder)
-		__atomic_add_fetch(&shm_fork_gen, 1, __ATOMIC_RELAXED);
-	w.mark = ++exec_mark;
-	dsock_fdt_walk(exec_one, &w);
-	if (!w.new_holder) /* our own exec (not a vfork child's: our memory) */
-		dsock_fdt_walk(exec_drop, &w);
-	if (!w.used)
-		return 0;
-	memcpy(buf, name, sizeof(name) - 1);
-	return sizeof(name) - 1 + w.used;
-}
-
-void shm_exec_failed(void)
-{
-	struct exec_walk w = { .restore = 1 };
-	dsock_fdt_walk(exec_one, &w);
-}
-
-/* In the new program: take back the connections the old one handed over. */
-void shm_adopt(void)
-{
-	const char *env = getenv("DSOCK_EXEC_SHM");
-	char copy[1024];
-
-	if (!env)
-		return;
-	snprintf(copy, sizeof(copy), "%s", env);
-	unsetenv("DSOCK_EXEC_SHM");
-	for (char *save, *e = strtok_r(copy, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
-		int fd, memfd, side, new_holder;
-		unsigned size;
-		long long txb;
-		struct dsock_sock *s;
-		struct shm_conn *c;
-
-		if (sscanf(e, "%d:%d:%d:%u:%lld:%d", &fd, &memfd, &side, &size, &txb, &new_holder) != 6)
-			continue;
-		dsock_real.fcntl(memfd, F_SETFD, FD_CLOEXEC);
-		s = dsock_fdt_get(fd);
-		if (!s || s->tp || !(c = new_conn(s))) {
-			if (s)
-				dsock_sock_put(s);
-			dsock_real.close(memfd);
-			continue;
-		}
-		if (map_conn(c, memfd, side, size)) {
-			free(c);
-			dsock_real.close(memfd);
-			dsock_sock_put(s);
-			continue;
-		}
-		c->state = SC_ATTACHED;
-		c->fork_gen = shm_fork_gen - 1; /* the old program may hold it too */
-		fast_count(c);
-		c->reported = 1;
-		c->tx_base = txb;
-		if (new_holder)
-			__atomic_add_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST);
-		held_add(c);
-		s->reason = DSOCK_R_NONE;
-		s->state = DSOCK_ST_CONNECTED;
-		dsock_sock_attach(s, &dsock_shm_transport, c);
-		dsock_sock_put(s);
-	}
-}
-
-/* This process lets go of c: returns 1 if it was the last holder. */
-int shm_let_go(struct shm_conn *c)
-{
-	if (c->let_go)
-		return 0;
-	c->let_go = 1;
-	return __atomic_sub_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST) == 0;
-}
-
-/* At exit every fd closes: the last holder ends each connection as a
- * close would (tokens drained: a FIN, not a reset). */
-static void exit_one(int fd, struct dsock_sock *s, void *arg)
-{
-	if (s->owner == &dsock_shm_transport && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) && shm_conn(s))
-		shm_closing(s, fd);
-}
-
-void shm_exit(void)
-{
-	dsock_fdt_walk(exit_one, NULL);
 }
 
 /* Called before the kernel close of a PENDING socket: wait (briefly) until

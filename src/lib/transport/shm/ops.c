@@ -1,5 +1,17 @@
-/* The shm transport's entry in the transport table, and its readiness. */
-#include "lib/transport/shm/shm.h"
+/* The shm transport's entry in the transport table, and the calls that
+ * answer about a connection: readiness, FIONREAD, options, closing. */
+#include "lib/transport/shm/ring.h"
+#include "lib/base/real.h"
+#include "lib/sock/ready.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 
 int shm_hidden_readable(struct dsock_sock *s)
 {
@@ -8,6 +20,192 @@ int shm_hidden_readable(struct dsock_sock *s)
 	/* a ring that broke its rules counts as readable: the read resets it */
 	return c && c->state == SC_ATTACHED && __atomic_load_n(&c->unbacked, __ATOMIC_RELAXED) &&
 	       shm_readable(s, -1) != 0;
+}
+
+long shm_readable(struct dsock_sock *s, int fd)
+{
+	struct shm_conn *c = shm_conn(s);
+	uint64_t head, sw;
+	int64_t avail;
+
+	if (!c || c->state != SC_ATTACHED)
+		return -ENOTSUP; /* pending: the kernel holds every byte; ask it */
+	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
+		return shm_readable_down(c, fd);
+	for (int i = 0;; i++) {
+		/* the peer's offset on both sides of the ring read: a switch in
+		 * between would make kernel bytes tokens and ring bytes data */
+		sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE);
+		avail = rx_avail(c, &head);
+		if (avail < 0)
+			return -EPROTO;
+		if (__atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) == sw || i > 100)
+			break;
+	}
+	if (!__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) && fd >= 0) {
+		/* kernel data the peer sent before its switch comes first */
+		int inq = 0;
+		dsock_real.ioctl(fd, SIOCINQ, &inq);
+		if (sw == DSOCK_SWITCH_NONE)
+			return inq + avail;
+		uint64_t consumed = __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE);
+		int64_t pre = consumed < sw ? (int64_t)(sw - consumed) : 0;
+		return (pre < inq ? pre : inq) + avail;
+	}
+	return avail;
+}
+
+/* The last fd of this process is about to close.  With unread data the
+ * kernel would reset the connection: so do we.  Otherwise stop taking
+ * tokens and drain those there, so that the kernel close is a clean FIN. */
+void shm_closing(struct dsock_sock *s, int fd)
+{
+	struct shm_conn *c = shm_conn(s);
+	uint64_t head;
+
+	if (c && c->state == SC_PENDING)
+		shm_wait_offer_done(s);
+	if (!c || c->state != SC_ATTACHED)
+		return;
+	/* another process (fork, spawn) still holds the socket: it carries
+	 * on, its tokens must keep coming, the kernel socket stays open */
+	if (!shm_let_go(c))
+		return;
+	/* the peer asked to go back to the kernel: what our ring holds goes
+	 * there before the FIN (a failure resets) */
+	if (shm_down_any(c) && shm_down_answer(s, fd) < 0)
+		return;
+	__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
+	if (!shm_active(c))
+		return;
+	shm_linger_forget(c); /* no settle may end the lease set below */
+	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
+		/* the ring is closed: the kernel decides FIN or RST by what is
+		 * unread, once the tokens are out of the way */
+		shm_down_discard(c, fd);
+		return;
+	}
+	if (rx_avail(c, &head) != 0) {
+		struct linger lg = { 1, 0 };
+		dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		return;
+	}
+	shm_hot(c, INT64_MAX); /* no more tokens to us */
+	if (__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE))
+		shm_drain_tokens(c, fd, 1);
+}
+
+int shm_writable(struct dsock_sock *s)
+{
+	struct shm_conn *c = shm_conn(s);
+	uint64_t tail;
+
+	/* once the peer's sending is plain it sends no space token: the next
+	 * send moves ours back too (down.c, tx_down) instead of waiting */
+	if (!c || !shm_active(c) || __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
+		return 1;
+	return tx_space(c, &tail) != 0;
+}
+
+void shm_want_space(struct dsock_sock *s)
+{
+	struct shm_conn *c = shm_conn(s);
+	uint64_t tail;
+
+	if (c && shm_active(c) && !__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
+		__atomic_fetch_or(&c->tx->tx_waiting, DSOCK_TXW_POLL, __ATOMIC_SEQ_CST);
+		if (tx_space(c, &tail) != 0) /* freed meanwhile: no token will come */
+			__atomic_fetch_and(&c->tx->tx_waiting, ~(uint32_t)DSOCK_TXW_POLL, __ATOMIC_RELAXED);
+	}
+}
+
+/* Socket options the transport answers itself; -ENOPROTOOPT means "ask
+ * the kernel". */
+int shm_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void *val, socklen_t *len)
+{
+	struct shm_conn *c = shm_conn(s);
+
+	if (c && set && level == SOL_SOCKET && opt == SO_RCVLOWAT) {
+		/* the kernel applies it to every byte it holds, and would not
+		 * wake a poller for a 1-byte token: back to the kernel, both
+		 * directions, before it takes effect (a failure has reset the
+		 * connection: the next call says so) */
+		if (dsock_real.setsockopt(fd, level, opt, val, *len) < 0)
+			return -errno;
+		if (*len >= (socklen_t)sizeof(int) && *(int *)val > 1)
+			shm_go_back(s, fd, DSOCK_DOWN_RCVLOWAT);
+		return 0;
+	}
+	if (!c || !c->nodelay_saved || level != IPPROTO_TCP || opt != TCP_NODELAY)
+		return -ENOPROTOOPT;
+	if (set) {
+		if (*len < (socklen_t)sizeof(int))
+			return -EINVAL;
+		c->app_nodelay = *(int *)val != 0;
+		return 0;
+	}
+	if (*len < (socklen_t)sizeof(int)) {
+		if (*len > 0)
+			*(char *)val = (char)c->app_nodelay;
+		return 0;
+	}
+	*(int *)val = c->app_nodelay;
+	*len = sizeof(int);
+	return 0;
+}
+
+int shm_spurious_in(struct dsock_sock *s, int fd)
+{
+	struct shm_conn *c = shm_conn(s);
+	char buf[64];
+	uint64_t head;
+	ssize_t n;
+
+	if (c && c->state == SC_ATTACHED && shm_down_any(c)) {
+		if (shm_down_step(s, fd) < 0)
+			return 0; /* reset: the application reads the error */
+		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
+			return shm_spurious_down(c, fd);
+	}
+	if (c && c->state == SC_ATTACHED && !__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) &&
+	    !shm_lock(&c->rx->rx_lock)) {
+		/* A side that only writes (nginx sending a file) never receives,
+		 * so its receive side never learned that the peer switched: the
+		 * peer's space tokens then piled up unread (148 in one stall), its
+		 * delayed ACKs let the peer's 1-byte tokens fill the congestion
+		 * window, and the next space token waited in the peer's send
+		 * queue for a 40 ms ACK: a 64 MiB download from nginx took 0.8 s
+		 * instead of 0.1.  Once the kernel holds no more of the peer's
+		 * data, every byte there is a token. */
+		shm_rx_switch_if_read(c);
+		shm_unlock(&c->rx->rx_lock);
+	}
+	if (!c || c->state != SC_ATTACHED || !__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) ||
+	    rx_avail(c, &head) != 0 || shm_lock(&c->rx->rx_lock))
+		return 0;
+	/* only tokens: every byte here is one, and no FIN or error follows */
+	n = dsock_real.recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+	if (n > 0) {
+		int k = shm_clear_and_drain(c, fd, 1);
+		int64_t avail = rx_avail(c, &head);
+		n = k == 0 && avail == 0 ? 1 : 0;
+		/* data came in meanwhile, and its token may have gone down the
+		 * drain: the kernel no longer shows it, our pollers must */
+		if (avail > 0)
+			dsock_hidden_set(c->sock, &c->unbacked, 1);
+	} else if (n < 0 && errno == EAGAIN) {
+		/* nothing at all: another thread of ours drained the tokens
+		 * the kernel reported (tokens are not data: natively nothing
+		 * was there) */
+		n = 1;
+	} else {
+		if (n < 0)
+			shm_stash_err(c, errno); /* the receive reports it */
+		n = 0; /* EOF or error: real */
+	}
+	shm_unlock(&c->rx->rx_lock);
+	return (int)n;
 }
 
 static uint64_t shm_rx_mark(struct dsock_sock *s)

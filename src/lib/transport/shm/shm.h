@@ -57,7 +57,7 @@ struct shm_conn {
 	int tx_biased;       /* the tx lock's holder entered by its bias */
 	int fast_counted;    /* counted in dsock_fastpath_conns (conn.c) */
 	int32_t asleep_delta; /* our part of the service's asleep score not
-			       * yet added to it (rx lock held; data.c,
+			       * yet added to it (rx lock held; tokens.c,
 			       * note_read) */
 	uint32_t test_reads;  /* ring reads, for DSOCK_TEST_DOWN_READS */
 	uint16_t service;    /* the service port: the peer's if we connected,
@@ -119,7 +119,7 @@ extern unsigned shm_asleep_reads; /* DSOCK_ASLEEP_READS */
  * the move then happens mid-stream in every test that reads a ring. */
 extern unsigned shm_test_down_reads;
 /* The asleep score of this process's connections per service port (a
- * slot per port modulo its size; data.c, note_read). */
+ * slot per port modulo its size; tokens.c, note_read). */
 #define SHM_ASLEEP_SLOTS 1024
 extern _Atomic int32_t shm_asleep_score[SHM_ASLEEP_SLOTS];
 /* Adds c's part to its service's score; returns the score. */
@@ -162,7 +162,23 @@ void shm_adopt(void);
  * process that ends with _exit or a signal cannot: see ARCHITECTURE.md). */
 void shm_exit(void);
 
-/* data.c */
+/* conn.c, for exec.c: a new connection state for s (NULL: no memory); its
+ * rings mapped from memfd (0 or -errno: the memory broke its rules); it
+ * counts as carried (dsock_fastpath_conns) and as held (a fork counts its
+ * holders); the memfd fetched for an exec closed. */
+struct shm_conn *shm_new_conn(struct dsock_sock *s);
+int shm_map_conn(struct shm_conn *c, int memfd, int side, uint32_t size);
+void shm_fast_count(struct shm_conn *c);
+void shm_held_add(struct shm_conn *c);
+void shm_drop_exec_memfd(struct shm_conn *c);
+/* This thread's owner id for the lock words (lock.c). */
+int shm_my_tid(void);
+/* After publishing data: wake the consumer unless it polls (tokens.c). */
+void shm_ring_doorbell(struct shm_conn *c, int fd);
+/* Moves our sending from the kernel to the ring (tx lock held; tokens.c):
+ * 0 once switched (or before), -EAGAIN while it must stay on the kernel
+ * (force: even while the connection goes back), -EPIPE after our FIN. */
+int shm_switch_tx_locked(struct shm_conn *c, int fd, int force);
 /* 1 once this process is registered for MEMBARRIER_CMD_GLOBAL_EXPEDITED
  * (at start and in a fork child): then its leases may let producers skip
  * their fence, and it may skip its own ("skippable leases") */
@@ -213,7 +229,7 @@ int shm_lock(uint32_t *w);
 /* Frees a lock word whose holder no longer exists; 1 if it did. */
 int shm_reap_dead_holder(uint32_t *w);
 int shm_trylock(uint32_t *w);
-/* Our producer lock (c->tx's), biased to its usual holder (data.c): 0 or
+/* Our producer lock (c->tx's), biased to its usual holder (lock.c): 0 or
  * -EDEADLK as shm_lock; trylock 1 if taken.  The peer's producer lock (a
  * hand-over): trylock (1 if taken; a bias is revoked, waiting ~1 ms for
  * its owner to leave, and left as it was if it does not), then
@@ -281,7 +297,7 @@ static inline int shm_down_asked(const struct shm_conn *c)
 extern unsigned shm_fork_gen;
 /* Another process may hold our end, or did: a fork (fork_gen) or an
  * adoption (holders).  Such a connection never moves back first because
- * its consumers sleep (down.c), nor asks to (data.c). */
+ * its consumers sleep (down.c), nor asks to (tokens.c). */
 static inline int shm_shared(const struct shm_conn *c)
 {
 	return c->fork_gen != shm_fork_gen || __atomic_load_n(&c->me->holders, __ATOMIC_RELAXED) != 1 ||
@@ -345,8 +361,8 @@ long shm_readable_down(struct shm_conn *c, int fd);
 void shm_down_discard(struct shm_conn *c, int fd);
 int shm_spurious_down(struct shm_conn *c, int fd);
 
-/* data.c, for recv.c: the consumer's side of the rings (rx lock held
- * unless said otherwise). */
+/* lease.c and tokens.c, for recv.c: the consumer's side of the rings (rx
+ * lock held unless said otherwise). */
 /* Sets our lease as consumer until `until` (CLOCK_MONOTONIC ns); 0 ends
  * it (then a full fence, and a membarrier if it was skippable, before the
  * caller looks at the ring). */
@@ -379,7 +395,7 @@ int shm_take_err(struct shm_conn *c);
  * read: the ring is ours to read from now on (rx lock held). */
 void shm_rx_switch_if_read(struct shm_conn *c);
 
-/* Lingering leases (data.c).  A receiver leaves its connection "hot" for a
+/* Lingering leases (lease.c).  A receiver leaves its connection "hot" for a
  * moment after a recv, so a producer sending meanwhile skips the wake-up
  * token (a system call on each side).  The price: our own pollers must look
  * at those rings, and before any of our threads sleeps in the kernel the

@@ -1,0 +1,389 @@
+/* Sending on the shm transport (the receive is recv.c's). */
+#include "lib/transport/shm/ring.h"
+#include "lib/base/grow.h"
+#include "lib/base/proc.h"
+#include "lib/base/real.h"
+#include "lib/sock/ready.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <linux/futex.h>
+#include <linux/membarrier.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <linux/tcp.h> /* the kernel's tcp_info: byte counters */
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* ---- send ----------------------------------------------------------------- */
+int shm_nonblocking(struct dsock_sock *s, int fd, int flags)
+{
+	if (flags & MSG_DONTWAIT)
+		return 1;
+	/* O_NONBLOCK as set through us (fcntl, FIONBIO, accept4, socket, or
+	 * read at adoption), while no other process holds or held the socket;
+	 * otherwise another process may have set it on the file we share: the
+	 * kernel's file flags are the truth.  (A system call on the way to
+	 * every blocking wait cost a ping-pong round trip ~0.1 us here.) */
+	if (!shm_shared(shm_conn(s)))
+		return (atomic_load_explicit(&s->flags, memory_order_relaxed) & DSOCK_SF_NONBLOCK) != 0;
+	return (dsock_real.fcntl(fd, F_GETFL) & O_NONBLOCK) != 0;
+}
+
+/* A writer waiting for ring space asks the kernel socket whether the
+ * consumer is gone: it may never say so in the ring (a holder that ended
+ * with _exit or a signal: docs/ARCHITECTURE.md, known limits).  1 after an
+ * error or hang-up.  After the consumer's FIN a token probes, under the tx
+ * lock (a downgrade counts our kernel bytes there; `locked`: the caller
+ * holds it): a living half-closed peer just drains it, a dead one answers
+ * with the RST that the next look sees.  0 otherwise. */
+static int consumer_gone(struct shm_conn *c, int fd, int locked)
+{
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+
+	if (dsock_real.poll(&p, 1, 0) <= 0)
+		return 0;
+	if (p.revents & (POLLERR | POLLHUP))
+		return 1;
+	if ((p.revents & POLLRDHUP) && (locked || shm_tx_trylock(c))) {
+		char t = 0;
+		if (!__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
+			dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (!locked)
+			shm_tx_unlock(c);
+	}
+	return 0;
+}
+
+/* Blocks until the tx ring has space or the connection ends.  Returns 0 to
+ * retry, or -errno. */
+static int wait_space(struct shm_conn *c, int fd)
+{
+	uint32_t seq = __atomic_load_n(&c->tx->space_seq, __ATOMIC_ACQUIRE);
+	struct timespec slice = { 0, 5 * 1000 * 1000 };
+	uint64_t tail;
+
+	__atomic_fetch_or(&c->tx->tx_waiting, DSOCK_TXW_FUTEX, __ATOMIC_SEQ_CST);
+	/* (a move back whose turn comes only with both rings empty waits for
+	 * room like any send: returning at once would spin) */
+	if (tx_space(c, &tail) != 0 || shm_down_now(c))
+		return 0;
+	/* not FUTEX_PRIVATE: the word is shared with the other process */
+	if (syscall(SYS_futex, &c->tx->space_seq, FUTEX_WAIT, seq, &slice, NULL, 0) < 0 && errno == EINTR)
+		return -EINTR;
+	/* the consumer may be gone (a peer killed with an empty receive queue
+	 * sent a FIN, not an RST, and only the probe draws the RST) */
+	return consumer_gone(c, fd, 0) ? -EPIPE : 0;
+}
+
+/* The kernel's verdict for a send on a connection whose peer is closing:
+ * the token probes the peer, exactly as a kernel send would (SIGPIPE and
+ * EPIPE included, MSG_NOSIGNAL respected). */
+static int peer_closed_probe(int fd, int flags)
+{
+	char t = 0;
+	ssize_t r = dsock_real.send(fd, &t, 1, MSG_DONTWAIT | (flags & MSG_NOSIGNAL));
+	return r < 0 && errno != EAGAIN ? -errno : 0;
+}
+
+/* Makes ring bytes up to tail visible to the consumer (tx lock held) and
+ * wakes it if it sleeps. */
+static void publish(struct shm_conn *c, int fd, uint64_t tail, size_t n)
+{
+	/* our id first: a holder that dies between the two leaves the others
+	 * loading the line, never trusting a stale copy */
+	uint64_t me = writer_id(c);
+	if (__atomic_load_n(&c->tx->tail_writer, __ATOMIC_RELAXED) != me)
+		__atomic_store_n(&c->tx->tail_writer, me, __ATOMIC_RELAXED);
+	/* release: the bytes are in the ring before the index says so */
+	__atomic_store_n(&c->tx->tail, tail, __ATOMIC_RELEASE);
+	c->tx_tail = tail;
+	c->tx_tail_ok = 1;
+	shm_count_ring_use(c);
+	shm_ring_doorbell(c, fd);
+	uint32_t cpu = (uint32_t)sched_getcpu() + 1;
+	if (__atomic_load_n(&c->me->cpu, __ATOMIC_RELAXED) != cpu)
+		__atomic_store_n(&c->me->cpu, cpu, __ATOMIC_RELAXED);
+}
+
+static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
+#define FOLLOW_TRIES 100 /* sendmsg_in: tries to follow a peer gone back */
+
+/* A call holds a reference on the socket (the fd table's own is the
+ * other): the close sees it and makes the private dup that the call then
+ * uses (shm_before_close; a receive picks it up in its loop).  No counter
+ * of our own: it cost two more locked instructions per call. */
+ssize_t shm_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
+{
+	struct shm_conn *c = shm_conn(s);
+	int k = atomic_load_explicit(&c->kfd, memory_order_acquire);
+
+	return sendmsg_in(s, k >= 0 ? k : fd, m, flags);
+}
+
+/* The rest of m from byte off on the kernel (our sending is plain now),
+ * as the kernel's send takes it: blocking, SO_SNDTIMEO and signals its
+ * own.  Returns off plus what the kernel took, or off alone when it
+ * failed after some of this call's bytes went by the ring (the next call
+ * sees the error, as after a kernel send that copied part of its bytes). */
+static ssize_t send_rest_plain(int fd, const struct msghdr *m, size_t off, int flags)
+{
+	struct iovec iov[m->msg_iovlen ? m->msg_iovlen : 1];
+	struct msghdr km = *m;
+	size_t n = 0, skip = off;
+	ssize_t r;
+
+	if (off) {
+		for (size_t i = 0; i < m->msg_iovlen; i++) {
+			if (skip >= m->msg_iov[i].iov_len) {
+				skip -= m->msg_iov[i].iov_len;
+				continue;
+			}
+			iov[n].iov_base = (char *)m->msg_iov[i].iov_base + skip;
+			iov[n++].iov_len = m->msg_iov[i].iov_len - skip;
+			skip = 0;
+		}
+		km.msg_iov = iov;
+		km.msg_iovlen = n;
+		km.msg_control = NULL; /* it went with the first byte */
+		km.msg_controllen = 0;
+	}
+	r = dsock_real.sendmsg(fd, &km, flags);
+	if (r < 0)
+		return off ? (ssize_t)off : -errno;
+	return (ssize_t)off + r;
+}
+
+/* Our wait for ring space was interrupted by a signal before this call
+ * sent a byte: would the kernel's send have been restarted?  It is when
+ * the handler has SA_RESTART (a timed futex wait, ours, never is).  Which
+ * signal came is not known, so only when every handled signal has it: a
+ * program with a handler that lacks it expects EINTR from a send.  Rare:
+ * one look at the handlers per interrupted wait. */
+static int signals_restart(void)
+{
+	for (int sig = 1; sig < _NSIG; sig++) {
+		struct sigaction sa;
+		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
+			continue;
+		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
+			return 0;
+	}
+	return 1;
+}
+
+static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
+{
+	struct shm_conn *c = shm_conn(s);
+	size_t total = iov_total(m), done = 0;
+	int64_t deadline = 0;
+	ssize_t r;
+	int err = 0, announced = 0, follow = 0, nb = -1;
+
+	if ((flags & MSG_OOB) && shm_go_back(s, fd, DSOCK_DOWN_URGENT) < 0)
+		return -ECONNRESET;
+	if (!shm_progress(s, fd) || c->state != SC_ATTACHED) {
+		/* PENDING (or gone to the kernel): the kernel carries it; the
+		 * mutex keeps an attach (and so a switch) out meanwhile */
+		pthread_mutex_lock(&c->mu);
+		r = dsock_real.sendmsg(fd, m, flags);
+		err = errno;
+		if (r > 0 && c->state == SC_OFFER_DUE)
+			atomic_fetch_add(&c->early_sent, r);
+		pthread_mutex_unlock(&c->mu);
+		return r < 0 ? -err : r;
+	}
+	/* an address on a connected TCP socket is ignored, as Linux does */
+	if (m->msg_iovlen > IOV_MAX)
+		return -EMSGSIZE;
+again:
+	if (shm_down_any(c)) {
+		/* back to the kernel (down.c): once our sending is there, the
+		 * kernel answers every send, exactly as for a plain socket; a
+		 * blocking send that filled the ring goes on there with the rest */
+		int d = shm_down_step(s, fd);
+		if (d < 0)
+			return done ? (ssize_t)done : d;
+		if (__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
+			return send_rest_plain(fd, m, done, flags);
+	}
+	if (shm_tx_lock(c))
+		return done ? (ssize_t)done : shm_fault(s, fd, "lock held forever");
+	if (__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
+		/* the peer moved our sending back (a hand-over it makes without
+		 * us, handover.c) while we waited for the lock */
+		shm_tx_unlock(c);
+		return send_rest_plain(fd, m, done, flags);
+	}
+	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) &&
+	    !__atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE) && follow++ < FOLLOW_TRIES) {
+		/* the peer's sending went back while we waited for the lock
+		 * (down.c, tx_down): ours follows before a byte enters the ring
+		 * (a few tries: a lock may be busy for a moment; a peer that
+		 * holds it for ever gets the ring as before) */
+		shm_tx_unlock(c);
+		if (follow > 1)
+			sched_yield();
+		goto again;
+	}
+	/* attached but the peer not yet (-EAGAIN here), or not switched now
+	 * (kernel backpressure, or shut down): the kernel answers, under the
+	 * lock a switch takes, blocking, EPIPE and SIGPIPE included */
+	err = shm_active(c) ? shm_switch_tx_locked(c, fd, 0) : -EAGAIN;
+	if (err == -EAGAIN || err == -EPIPE) {
+		r = send_rest_plain(fd, m, done, flags);
+		shm_tx_unlock(c);
+		return r;
+	}
+	if (err)
+		goto out;
+	if (__atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE) && (err = peer_closed_probe(fd, flags)))
+		goto out;
+	/* after our own SHUT_WR, or once the peer closed: the kernel decides
+	 * (EPIPE, SIGPIPE unless MSG_NOSIGNAL), probed with a token */
+	if (__atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE) && (err = peer_closed_probe(fd, flags)))
+		goto out;
+	while (done < total) {
+		uint64_t tail;
+		int64_t space = tx_space_for(c, &tail, total - done);
+
+		if (space < 0) {
+			shm_tx_unlock(c);
+			return done ? (ssize_t)done : shm_fault(s, fd, "tx indices out of range");
+		}
+		if (space == 0) {
+			if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) && follow++ < FOLLOW_TRIES) {
+				/* the peer's sending is plain: no space token will
+				 * come (an edge-triggered writer would wait for ever);
+				 * ours goes back now (down.c), unless a lock is busy
+				 * for a moment */
+				shm_tx_unlock(c);
+				sched_yield();
+				goto again;
+			}
+			if (nb < 0)
+				nb = shm_nonblocking(s, fd, flags);
+			if (nb) {
+				if (!announced && (!done || shm_nonblocking(s, fd, 0))) {
+					/* a poller will wait for space: ask for a token, then
+					 * look again (seq_cst both sides): space freed in
+					 * between would otherwise wake nobody.  After a short
+					 * write too (a nonblocking socket): an edge-triggered
+					 * writer (nginx: IN|OUT|ET) then waits for an edge that
+					 * only this token gives (tests/unit/test_shm_tokens.c) */
+					__atomic_fetch_or(&c->tx->tx_waiting, DSOCK_TXW_POLL, __ATOMIC_SEQ_CST);
+					announced = 1;
+					continue;
+				}
+				/* (the ring is full: is its consumer still there?
+				 * Without this a writer whose peer ended with _exit
+				 * waited forever: the soak's stuck helper) */
+				if (!done)
+					err = consumer_gone(c, fd, 1) ? peer_closed_probe(fd, flags) ?: -EPIPE
+								      : -EAGAIN;
+				break;
+			}
+			/* blocking: wait for space until all of it is in, as the
+			 * kernel's send does; a signal or SO_SNDTIMEO ends the wait
+			 * with what went in (or EINTR, EAGAIN when nothing did) */
+			shm_tx_unlock(c);
+			if (!deadline) {
+				struct timeval tv = { 0, 0 };
+				socklen_t tl = sizeof(tv);
+				dsock_real.getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &tl);
+				deadline = tv.tv_sec || tv.tv_usec ?
+					dsock_mono_ns() + tv.tv_sec * 1000000000LL + tv.tv_usec * 1000LL : INT64_MAX;
+			}
+			err = dsock_mono_ns() >= deadline ? -EAGAIN : wait_space(c, fd);
+			if (err == -EINTR && !done && signals_restart())
+				err = 0;
+			if (err == -EPIPE)
+				err = peer_closed_probe(fd, flags) ?: -EPIPE;
+			if (shm_tx_lock(c))
+				return done ? (ssize_t)done : shm_fault(s, fd, "lock held forever");
+			if (err)
+				break;
+			if (shm_down_any(c)) {
+				/* back to the kernel: what the ring holds goes there
+				 * first, then the rest of this send */
+				shm_tx_unlock(c);
+				goto again;
+			}
+			continue;
+		}
+		size_t n = total - done < (size_t)space ? total - done : (size_t)space;
+		ring_copy(c->txd, c->size, tail, m, done, n, 1);
+		publish(c, fd, tail + n, n);
+		done += n;
+	}
+out:
+	shm_tx_unlock(c);
+	return done ? (ssize_t)done : err;
+}
+
+/* The solo thread's send (no reference on s: nothing here may block or
+ * wait).  Only the plain case: attached, reported, switched, nobody
+ * closing or going back to the kernel, and room for all of it; anything
+ * else is DSOCK_ESLOW before a byte moves, and shm_sendmsg does it. */
+ssize_t shm_sendmsg_solo(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
+{
+	struct shm_conn *c = shm_conn(s);
+	uint64_t tail;
+	size_t total;
+
+	if (c->state != SC_ATTACHED || !__atomic_load_n(&c->reported, __ATOMIC_RELAXED) || (flags & MSG_OOB) ||
+	    atomic_load_explicit(&c->kfd, memory_order_relaxed) >= 0 || m->msg_iovlen > IOV_MAX ||
+	    __atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE ||
+	    shm_down_any(c) || __atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE) || !shm_active(c))
+		return DSOCK_ESLOW;
+	total = iov_total(m);
+	if (!total || shm_tx_lock(c))
+		return DSOCK_ESLOW;
+	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
+		shm_tx_unlock(c); /* it went back meanwhile: ours follows (down.c) */
+		return DSOCK_ESLOW;
+	}
+	if (tx_space_for(c, &tail, total) < (int64_t)total) {
+		shm_tx_unlock(c);
+		return DSOCK_ESLOW;
+	}
+	ring_copy(c->txd, c->size, tail, m, 0, total, 1);
+	publish(c, fd, tail + total, total);
+	shm_tx_unlock(c);
+	return (ssize_t)total;
+}
+
+int shm_shutdown(struct dsock_sock *s, int fd, int how)
+{
+	struct shm_conn *c = shm_conn(s);
+	int wr = how == SHUT_WR || how == SHUT_RDWR, was = 0, r;
+
+	/* closing before the FIN: a peer that sees our FIN with `closing`
+	 * clear takes us for dead (recv.c, peer_died_unread).  An attach
+	 * racing with us sees wr_shut, or we see its mapping (seq_cst both
+	 * sides, conn.c attach).  The kernel FIN travels after every token,
+	 * so the peer reads the ring dry before it sees EOF. */
+	if (c && wr) {
+		__atomic_store_n(&c->wr_shut, 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&c->h, __ATOMIC_SEQ_CST))
+			was = __atomic_exchange_n(&c->me->closing, 1, __ATOMIC_SEQ_CST) + 1;
+	}
+	r = dsock_real.shutdown(fd, how);
+	if (r < 0) {
+		r = -errno;
+		if (was == 1)
+			__atomic_store_n(&c->me->closing, 0, __ATOMIC_SEQ_CST);
+		return r;
+	}
+	return r;
+}
