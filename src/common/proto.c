@@ -65,19 +65,26 @@ static int check_payload(const struct dsock_msg_hdr *h, size_t plen)
 		return plen == sizeof(struct dsock_msg_sock_event) ? dsock_sock_event_check(p) : -EBADMSG;
 	case DSOCK_MSG_OFFER: {
 		const struct dsock_msg_offer *m = p;
-		if (plen != sizeof(*m) || m->role < 1 || m->role > 2 || m->pad)
+		if (plen != sizeof(*m) || m->role < 1 || m->role > 2 || m->transport <= DSOCK_PATH_KERNEL ||
+		    m->transport > DSOCK_PATH_MAX || m->proof < 1 || m->proof > DSOCK_PROOF_MAX)
 			return -EBADMSG;
 		return 0;
 	}
-	case DSOCK_MSG_MEMFD_REQ:
-		return plen == sizeof(struct dsock_msg_memfd_req) ? 0 : -EBADMSG;
+	case DSOCK_MSG_FETCH: {
+		const struct dsock_msg_fetch *m = p;
+		if (plen != sizeof(*m) || m->transport <= DSOCK_PATH_KERNEL || m->transport > DSOCK_PATH_MAX ||
+		    m->pad[0] || m->pad[1] || m->pad[2])
+			return -EBADMSG;
+		return 0;
+	}
 	case DSOCK_MSG_PEER_REQ:
 		return plen == sizeof(struct dsock_msg_peer_req) ? 0 : -EBADMSG;
 	case DSOCK_MSG_RESULT: {
 		const struct dsock_msg_result *m = p;
 		if (plen != sizeof(*m) || m->result < DSOCK_RES_PAIRED || m->result > DSOCK_RES_PEER ||
 		    m->side > 1 || (m->result != DSOCK_RES_PEER && m->reason >= DSOCK_R_MAX) ||
-		    (m->result == DSOCK_RES_PEER && m->reason > 4095))
+		    (m->result == DSOCK_RES_PEER && m->reason > 4095) || m->transport > DSOCK_PATH_MAX ||
+		    (m->result != DSOCK_RES_PEER && m->transport <= DSOCK_PATH_KERNEL) || m->pad || m->pad2)
 			return -EBADMSG;
 		return 0;
 	}

@@ -10,12 +10,14 @@
 #include <stdint.h>
 
 #define DSOCK_PROTO_MAGIC   0x4b435344u /* "DSCK" little-endian */
-#define DSOCK_PROTO_VERSION 6 /* 2: the event ring holds 1,024 slots; 3: the
+#define DSOCK_PROTO_VERSION 7 /* 2: the event ring holds 1,024 slots; 3: the
 			      * connection memory is layout version 5 (the
 			      * daemon writes it: a change there is a change
 			      * here); 4: layout version 6; 5: the reason
 			      * consumer-asleep, and fd -1 in a socket event;
-			      * 6: PEER_REQ, layout version 7 */
+			      * 6: PEER_REQ, layout version 7; 7: offers and
+			      * results name their transport and proof, FETCH
+			      * replaces MEMFD_REQ */
 #define DSOCK_MSG_MAX       4096
 
 enum dsock_msg_type {
@@ -31,9 +33,10 @@ enum dsock_msg_type {
 				   * (the socket itself attached, SCM_RIGHTS) */
 	DSOCK_MSG_RESULT = 10,    /* d -> lib: the pairing's outcome (when paired,
 				   * the connection's memfd attached) */
-	DSOCK_MSG_MEMFD_REQ = 11, /* lib -> d: the memfd of this paired socket
-				   * again (the socket attached), for an exec;
-				   * answered by a RESULT of kind MEMFD */
+	DSOCK_MSG_FETCH = 11,     /* lib -> d: the transport's resource of this
+				   * paired socket again (the socket attached),
+				   * for an exec; answered by a RESULT of kind
+				   * FETCHED */
 	DSOCK_MSG_EVENTS = 12,    /* lib -> d: read my event ring (no payload) */
 	DSOCK_MSG_PEER_REQ = 13,  /* lib -> d: the other end's kernel socket of
 				   * this paired socket (attached), for a
@@ -48,7 +51,7 @@ enum dsock_msg_type {
  * of mail with a memory read instead of a system call. */
 static inline int dsock_msg_has_fd(unsigned type)
 {
-	return type == DSOCK_MSG_HELLO || type == DSOCK_MSG_OFFER || type == DSOCK_MSG_MEMFD_REQ ||
+	return type == DSOCK_MSG_HELLO || type == DSOCK_MSG_OFFER || type == DSOCK_MSG_FETCH ||
 	       type == DSOCK_MSG_PEER_REQ;
 }
 
@@ -59,10 +62,24 @@ struct dsock_mail_page {
 			    * would go unread, so the library reconnects */
 };
 
+/* Who carries a connection's data: the kernel, or a transport.  The ids
+ * name the same transport in the library (its table's `id`), in the
+ * daemon (its provisioning) and in `dsock stat`. */
+enum dsock_path { DSOCK_PATH_KERNEL = 1, DSOCK_PATH_SHM = 2, DSOCK_PATH_MAX = 2 };
+
+/* How the daemon proves that two offered sockets are one connection's two
+ * ends (daemon/proof.c).  NETNS: both in one network namespace, each
+ * one's local address the other's peer address. */
+enum dsock_proof { DSOCK_PROOF_NETNS = 1, DSOCK_PROOF_MAX = 1 };
+
+/* An offer is for one transport, proven one way; the RESULT names the
+ * transport it answers, so the library routes it to the one that asked. */
+enum { DSOCK_OFFER_CONNECT = 1, DSOCK_OFFER_ACCEPT = 2 };
 struct dsock_msg_offer {
 	uint64_t sock_id;
-	uint32_t role; /* enum dsock_role: 1 connect, 2 accept */
-	uint32_t pad;
+	uint32_t role;      /* DSOCK_OFFER_CONNECT or _ACCEPT */
+	uint16_t transport; /* enum dsock_path, not KERNEL */
+	uint16_t proof;     /* enum dsock_proof */
 };
 
 /* HELD: the daemon inspected the offered socket and closed its copy; the
@@ -72,19 +89,22 @@ enum dsock_result {
 	DSOCK_RES_PAIRED = 1,
 	DSOCK_RES_KERNEL = 2,
 	DSOCK_RES_HELD = 3,
-	DSOCK_RES_MEMFD = 4,
+	DSOCK_RES_FETCHED = 4,
 	DSOCK_RES_PEER = 5,
 };
 
-/* MEMFD_REQ: the endpoints close their memfd once mapped (an fd per
+/* FETCH: a transport's endpoints may close the resource the pairing gave
+ * them (the shm transport closes its memfd once mapped: an fd per
  * connection would count against the application's fd limit), and the
- * daemon keeps one until the connection ends.  Only a process that sends
+ * daemon keeps it until the connection ends.  Only a process that sends
  * one of the connection's two sockets gets it (matched by SO_COOKIE, which
- * the kernel never reuses).  The answer is a RESULT of kind MEMFD for
- * sock_id, with the memfd attached, or without one when the daemon has
- * none (the connection then goes back to the kernel for the exec). */
-struct dsock_msg_memfd_req {
+ * the kernel never reuses).  The answer is a RESULT of kind FETCHED for
+ * sock_id, with the resource attached, or without one when the daemon
+ * has none (the connection then goes back to the kernel for the exec). */
+struct dsock_msg_fetch {
 	uint64_t sock_id;
+	uint16_t transport; /* enum dsock_path: the transport that asks */
+	uint16_t pad[3];
 };
 
 /* PEER_REQ: a connection handed to a holder without dsock goes back to
@@ -107,11 +127,15 @@ struct dsock_msg_peer_req {
 
 struct dsock_msg_result {
 	uint64_t sock_id;
+	uint16_t transport; /* enum dsock_path: the transport of the offer
+			     * or fetch (PEER: 0) */
+	uint16_t pad;
 	uint32_t result;    /* enum dsock_result */
 	uint32_t side;      /* PAIRED: 0 or 1, which half of the memfd is ours */
 	uint32_t reason;    /* KERNEL: enum dsock_reason; PEER without a
 			     * socket: why (an errno) */
-	uint32_t ring_size; /* PAIRED: bytes per direction */
+	uint32_t ring_size; /* PAIRED, FETCHED: shm's bytes per direction */
+	uint32_t pad2;
 };
 
 struct dsock_msg_hdr {
@@ -147,8 +171,6 @@ enum dsock_sock_event {
 	DSOCK_EV_CLOSE = 4,   /* last fd of the socket closed */
 	DSOCK_EV_MAX = 4,
 };
-
-enum dsock_path { DSOCK_PATH_KERNEL = 1, DSOCK_PATH_SHM = 2, DSOCK_PATH_MAX = 2 };
 
 enum dsock_sock_state {
 	DSOCK_ST_OPEN = 1,

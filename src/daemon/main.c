@@ -8,7 +8,7 @@
  * start it concurrently. */
 #include "daemon/server.h"
 #include "daemon/pairing.h"
-#include "common/shm_layout.h"
+#include "daemon/provision.h"
 #include "common/log.h"
 #include "common/paths.h"
 
@@ -109,32 +109,12 @@ int main(int argc, char **argv)
 		default: usage(stderr); return 2;
 		}
 	}
+	if (dd_provision_init()) /* each transport's settings */
+		return 2;
 	{
-		/* bytes per direction of every connection's ring */
-		const char *kb = getenv("DSOCK_RING_KB");
-		long v = kb ? atol(kb) * 1024 : DSOCK_RING_DEFAULT;
-		if (v < DSOCK_RING_MIN || v > DSOCK_RING_MAX || (v & (v - 1))) {
-			fprintf(stderr, "dsockd: DSOCK_RING_KB must be a power of two from %u to %u\n",
-				DSOCK_RING_MIN >> 10, DSOCK_RING_MAX >> 10);
-			return 2;
-		}
-		/* connection memory in all: DSOCK_SHM_LIMIT_MB, default a quarter
-		 * of the RAM; beyond it new connections stay on the kernel */
-		const char *mb = getenv("DSOCK_SHM_LIMIT_MB");
-		long long lim = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / 4;
-		if (mb) {
-			char *end;
-			lim = strtoll(mb, &end, 10) * 1024 * 1024;
-			if (*end || lim < 0) {
-				fprintf(stderr, "dsockd: DSOCK_SHM_LIMIT_MB must be a number of MiB (0: no limit)\n");
-				return 2;
-			}
-		}
-		dd_pairing_config((uint32_t)v, (uint64_t)(lim > 0 ? lim : 0));
-	}
-	{
-		/* the daemon keeps one memfd per live connection (pairing.c): as
-		 * many fds as it may have: a failure only refuses pairings */
+		/* the daemon keeps a transport's resource (an fd) per live
+		 * connection (provision.h): as many fds as it may have: a
+		 * failure only refuses pairings */
 		struct rlimit rl;
 		long nr_open = 0;
 		FILE *f = fopen("/proc/sys/fs/nr_open", "re");

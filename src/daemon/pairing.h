@@ -1,5 +1,6 @@
 /* Pairing: proving that two offered kernel sockets are the two ends of one
- * TCP connection, and giving both (and only them) the connection's memory. */
+ * TCP connection (proof.h), and giving both, and only them, their
+ * transport's resources (provision.h). */
 #ifndef DSOCKD_PAIRING_H
 #define DSOCKD_PAIRING_H
 
@@ -17,20 +18,18 @@ struct dd_reply_to {
 	struct dd_proc *proc;
 };
 
-/* Sends a RESULT (with memfd when >= 0) to the offer's owner; provided by
+/* Sends a RESULT (with fd when >= 0) to the offer's owner; provided by
  * the server.  Returns 0 or -errno. */
-int dd_send_result(const struct dd_reply_to *to, const struct dsock_msg_result *r, int memfd);
+int dd_send_result(const struct dd_reply_to *to, const struct dsock_msg_result *r, int fd);
 
-/* ring_size: bytes per direction; limit: connection memory in bytes over
- * which new pairings are refused (no-resources), 0 for none. */
-void dd_pairing_config(uint32_t ring_size, uint64_t limit);
 /* A paired socket was closed: its memory may be gone. */
 void dd_pairing_closed(const struct dd_proc *p, uint64_t sock_id);
 /* Handles an OFFER with its socket fd (always closed here). */
 void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer *m, int fd);
-/* Handles a MEMFD_REQ with its socket fd (always closed here): answers
- * with the connection's memfd if the socket is one of a live pairing. */
-void dd_pairing_memfd(const struct dd_reply_to *to, const struct dsock_msg_memfd_req *m, int fd);
+/* Handles a FETCH with its socket fd (always closed here): answers with
+ * the transport's resource if the socket is one end of a live pair of
+ * that transport. */
+void dd_pairing_fetch(const struct dd_reply_to *to, const struct dsock_msg_fetch *m, int fd);
 /* The other end of the live pairing whose socket fd is (by SO_COOKIE):
  * who paired it, its id there, its cookie and inode.  0, -ENOENT (not a
  * live pairing) or -ENOTSOCK. */
@@ -48,6 +47,6 @@ void dd_pairing_forget(const struct dd_proc *p);
 int dd_pairing_tick(void);
 /* Counters for stat. */
 void dd_pairing_stats(unsigned long *paired, unsigned long *kernel, unsigned long *pending,
-		      unsigned long *live_conns, uint64_t *live_bytes, unsigned long *limited);
+		      unsigned long *live);
 
 #endif

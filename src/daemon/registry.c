@@ -4,9 +4,79 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 
 static struct dd_proc *procs;
 static size_t nprocs;
+/* counted sets over the sockets of enabled processes: listeners by
+ * (port, address), connected stream sockets by (local, peer) */
+static struct dd_hmap listeners, conns;
+
+static uint64_t listener_key(uint16_t port, const uint8_t addr[16])
+{
+	uint8_t k[18];
+
+	memcpy(k, &port, 2);
+	memcpy(k + 2, addr, 16);
+	return dd_hash(k, sizeof(k), 0x4c);
+}
+
+static uint64_t conn_key(const struct dsock_addr *local, const struct dsock_addr *peer)
+{
+	uint8_t k[36];
+
+	memcpy(k, &local->port, 2);
+	memcpy(k + 2, local->addr, 16);
+	memcpy(k + 18, &peer->port, 2);
+	memcpy(k + 20, peer->addr, 16);
+	return dd_hash(k, sizeof(k), 0x43);
+}
+
+static int known_family(const struct dsock_addr *a)
+{
+	return a->family == AF_INET || a->family == AF_INET6;
+}
+
+static void unindex(struct dd_sock *s)
+{
+	if (s->lkey)
+		dd_hset_drop(&listeners, s->lkey);
+	if (s->ckey)
+		dd_hset_drop(&conns, s->ckey);
+	s->lkey = s->ckey = 0;
+}
+
+/* Failing to index (no memory) only makes an offer wait less long. */
+static void index_sock(const struct dd_proc *p, struct dd_sock *s)
+{
+	if (p->flags & DSOCK_HELLO_DISABLED || s->type != SOCK_STREAM)
+		return;
+	if (s->state == DSOCK_ST_LISTENING && known_family(&s->local)) {
+		s->lkey = listener_key(s->local.port, s->local.addr);
+		if (dd_hset_add(&listeners, s->lkey))
+			s->lkey = 0;
+	}
+	if (known_family(&s->local) && known_family(&s->peer)) {
+		s->ckey = conn_key(&s->local, &s->peer);
+		if (dd_hset_add(&conns, s->ckey))
+			s->ckey = 0;
+	}
+}
+
+int dd_listener_known(const struct dsock_addr *a)
+{
+	/* stored addresses are v4-mapped already */
+	static const uint8_t any6[16], any4[16] = { [10] = 0xff, [11] = 0xff };
+
+	return dd_hset_has(&listeners, listener_key(a->port, a->addr)) ||
+	       dd_hset_has(&listeners, listener_key(a->port, any6)) ||
+	       dd_hset_has(&listeners, listener_key(a->port, any4));
+}
+
+int dd_socket_known(const struct dsock_addr *local, const struct dsock_addr *peer)
+{
+	return dd_hset_has(&conns, conn_key(local, peer));
+}
 
 struct dd_proc *dd_proc_add(pid_t pid, uid_t uid, const struct dsock_msg_hello *h)
 {
@@ -36,8 +106,11 @@ void dd_proc_remove(struct dd_proc *p)
 			break;
 		}
 	}
+	for (size_t i = 0; i < p->nsocks; i++)
+		unindex(&p->socks[i]);
 	if (p->mail)
 		munmap(p->mail, p->mail_len);
+	dd_hmap_free(&p->ids);
 	free(p->socks);
 	free(p);
 }
@@ -77,27 +150,43 @@ static int reserve(struct dd_proc *p, size_t n)
 	return 0;
 }
 
+static uint64_t id_key(uint64_t id)
+{
+	return dd_hash(&id, sizeof(id), 0x49);
+}
+
 void dd_proc_inherit(struct dd_proc *child, const struct dd_proc *parent)
 {
 	if (child->uid != parent->uid || reserve(child, parent->nsocks))
 		return;
 	memcpy(child->socks, parent->socks, parent->nsocks * sizeof(*child->socks));
-	child->nsocks = parent->nsocks;
+	child->nsocks = 0;
+	for (size_t i = 0; i < parent->nsocks; i++) {
+		struct dd_sock *s = &child->socks[child->nsocks];
+
+		if (dd_hmap_put(&child->ids, id_key(s->id), child->nsocks))
+			break;
+		s->lkey = s->ckey = 0;
+		index_sock(child, s);
+		child->nsocks++;
+	}
 }
 
 int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev)
 {
+	uint64_t key = id_key(ev->sock_id), i;
 	struct dd_sock *s = NULL;
 
-	for (size_t i = 0; i < p->nsocks; i++) {
-		if (p->socks[i].id == ev->sock_id) {
-			s = &p->socks[i];
-			break;
-		}
-	}
+	if (dd_hmap_get(&p->ids, key, &i) && i < p->nsocks && p->socks[i].id == ev->sock_id)
+		s = &p->socks[i];
 	if (ev->event == DSOCK_EV_CLOSE) {
-		if (s)
+		if (s) {
+			unindex(s);
+			dd_hmap_del(&p->ids, key);
 			*s = p->socks[--p->nsocks];
+			if (s != &p->socks[p->nsocks])
+				dd_hmap_put(&p->ids, id_key(s->id), (uint64_t)(s - p->socks));
+		}
 		return 0;
 	}
 	if (!s) {
@@ -105,10 +194,13 @@ int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev)
 			p->untracked++;
 			return 0;
 		}
-		if (reserve(p, p->nsocks + 1))
+		if (reserve(p, p->nsocks + 1) || dd_hmap_put(&p->ids, key, p->nsocks))
 			return -ENOMEM;
 		s = &p->socks[p->nsocks++];
+		memset(s, 0, sizeof(*s));
+		s->id = ~ev->sock_id; /* new: takes the event's fd and addresses */
 	}
+	unindex(s);
 	s->domain = ev->domain;
 	s->type = ev->type;
 	s->state = ev->state;
@@ -122,5 +214,6 @@ int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev)
 		s->peer = ev->peer;
 	}
 	s->id = ev->sock_id;
+	index_sock(p, s);
 	return 0;
 }

@@ -1,9 +1,13 @@
 /* What the daemon knows: registered processes and the sockets each told it
- * about.  Identity comes from SO_PEERCRED, never from a message. */
+ * about.  Identity comes from SO_PEERCRED, never from a message.  Hashed:
+ * a socket's event, and the questions the pairing asks (is there a dsock
+ * listener for this address, has a dsock process reported this
+ * connection's other end), cost the same however many sockets there are. */
 #ifndef DSOCKD_REGISTRY_H
 #define DSOCKD_REGISTRY_H
 
 #include "common/proto.h"
+#include "daemon/hmap.h"
 
 #include <stddef.h>
 #include <sys/types.h>
@@ -16,6 +20,8 @@ struct dd_sock {
 	int32_t fd;
 	uint16_t domain, type, state, path, reason, event;
 	struct dsock_addr local, peer;
+	uint64_t lkey, ckey; /* its entries in the listener and connection
+			      * indexes (0: none) */
 };
 
 struct dd_proc {
@@ -27,6 +33,7 @@ struct dd_proc {
 	time_t since;
 	struct dd_sock *socks;
 	size_t nsocks, cap;
+	struct dd_hmap ids; /* socket id -> index in socks */
 	unsigned long untracked; /* events past DD_SOCKS_PER_PROC_MAX */
 	struct dsock_mail_page *mail; /* the process's mail page, or NULL */
 	size_t mail_len;              /* its mapping's length */
@@ -45,5 +52,11 @@ size_t dd_proc_count(void);
 void dd_proc_inherit(struct dd_proc *child, const struct dd_proc *parent);
 /* Applies a socket event; returns 0 or -ENOMEM. */
 int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev);
+/* 1 if an enabled dsock process listens (TCP) where a connects to: on its
+ * address or on the wildcard, at its port. */
+int dd_listener_known(const struct dsock_addr *a);
+/* 1 if an enabled dsock process reported a TCP socket whose own address
+ * is local and whose peer's is peer. */
+int dd_socket_known(const struct dsock_addr *local, const struct dsock_addr *peer);
 
 #endif

@@ -4,6 +4,7 @@
 #include "daemon/server.h"
 #include "daemon/registry.h"
 #include "daemon/pairing.h"
+#include "daemon/provision.h"
 #include "daemon/peerfd.h"
 #include "daemon/events.h"
 #include "common/log.h"
@@ -124,14 +125,14 @@ static int send_msg(int fd, uint16_t type, const void *payload, size_t len)
 	return send_msg_fd(fd, type, payload, len, -1, 0);
 }
 
-int dd_send_result(const struct dd_reply_to *to, const struct dsock_msg_result *r, int memfd)
+int dd_send_result(const struct dd_reply_to *to, const struct dsock_msg_result *r, int fd)
 {
 	struct dd_client *c = &clients[to->slot];
 	int rc;
 
 	if (to->slot >= (uint32_t)nclients_max || c->fd < 0 || c->gen != to->gen)
 		return -ESRCH; /* the process left meanwhile */
-	rc = send_msg_fd(c->fd, DSOCK_MSG_RESULT, r, sizeof(*r), memfd, MSG_DONTWAIT);
+	rc = send_msg_fd(c->fd, DSOCK_MSG_RESULT, r, sizeof(*r), fd, MSG_DONTWAIT);
 	if (rc)
 		DSOCK_WARN("cannot send a pairing result to pid %d: %s", c->cred.pid, strerror(-rc));
 	else if (c->proc && c->proc->mail)
@@ -175,17 +176,18 @@ static int may_see(const struct ucred *who, uid_t owner)
 
 static int send_stat(struct dd_client *c)
 {
-	unsigned long paired, kernel, pending, live_conns, limited;
-	uint64_t live_bytes;
+	unsigned long paired, kernel, pending, live;
+	char transports[256] = "";
 	int r;
 
-	dd_pairing_stats(&paired, &kernel, &pending, &live_conns, &live_bytes, &limited);
+	dd_pairing_stats(&paired, &kernel, &pending, &live);
+	dd_provision_stat(transports, sizeof(transports));
 	r = send_line(c->fd, "daemon pid=%d uid=%u version=%s uptime=%lds clients=%d procs=%zu "
 		      "accepted=%lu refused=%lu bad_msgs=%lu events=%lu paired=%lu kernel=%lu pending=%lu "
-		      "shm_conns=%lu shm_bytes=%llu shm_limited=%lu",
+		      "live=%lu%s",
 		      getpid(), getuid(), "0.1.0", (long)(time(NULL) - stats.start), nclients,
 		      dd_proc_count(), stats.accepted, stats.refused, stats.bad_msgs, stats.events,
-		      paired, kernel, pending, live_conns, (unsigned long long)live_bytes, limited);
+		      paired, kernel, pending, live, transports);
 	for (struct dd_proc *p = dd_proc_first(); p && !r; p = p->next) {
 		if (!may_see(&c->cred, p->uid))
 			continue;
@@ -307,7 +309,7 @@ static int on_message(struct dd_client *c, uint32_t slot, const void *buf, size_
 		drain_events(c->proc);
 	if (r == 0 && (fd >= 0) != dsock_msg_has_fd(h->type) && h->type != DSOCK_MSG_HELLO)
 		r = -EBADMSG; /* an fd where none belongs, or none where one must be */
-	if (r || (h->type != DSOCK_MSG_OFFER && h->type != DSOCK_MSG_MEMFD_REQ && h->type != DSOCK_MSG_PEER_REQ)) {
+	if (r || (h->type != DSOCK_MSG_OFFER && h->type != DSOCK_MSG_FETCH && h->type != DSOCK_MSG_PEER_REQ)) {
 		int hello = r == 0 && h->type == DSOCK_MSG_HELLO;
 		r = r ? r : hello ? on_hello(c, payload, fd) : 0;
 		if (fd >= 0)
@@ -327,13 +329,13 @@ static int on_message(struct dd_client *c, uint32_t slot, const void *buf, size_
 		dd_pairing_offer(&to, payload, fd);
 		return 0;
 	}
-	case DSOCK_MSG_MEMFD_REQ: {
+	case DSOCK_MSG_FETCH: {
 		struct dd_reply_to to = { .slot = slot, .gen = c->gen, .proc = c->proc };
 		if (c->role != ROLE_LIB) {
 			close(fd);
 			return -EPROTO;
 		}
-		dd_pairing_memfd(&to, payload, fd);
+		dd_pairing_fetch(&to, payload, fd);
 		return 0;
 	}
 	case DSOCK_MSG_PEER_REQ: {

@@ -161,21 +161,23 @@ def hello():
 lsn = socket.socket(); lsn.bind(("127.0.0.1", 0)); lsn.listen(1)
 cli = socket.create_connection(lsn.getsockname()); srv, _ = lsn.accept()
 s = hello()
-socket.send_fds(s, [hdr(11, struct.pack("<Q", 42))], [cli.fileno()])
+# FETCH (type 11): sock id, transport (2: shm), padding
+socket.send_fds(s, [hdr(11, struct.pack("<QH6x", 42, 2))], [cli.fileno()])
 s.settimeout(5)
 msg, fds, _, _ = socket.recv_fds(s, 4096, 1)
 typ = struct.unpack_from("<H", msg, 6)[0] if len(msg) >= 8 else 0
-sid, result = struct.unpack_from("<QI", msg, 16) if len(msg) >= 28 else (0, 0)
-check("a memfd request with a socket of no pairing gets an answer without memory",
-      typ == 10 and sid == 42 and result == 4 and not fds, f"type {typ} sock {sid} result {result} fds {fds}")
+sid, tp, _, result = struct.unpack_from("<QHHI", msg, 16) if len(msg) >= 32 else (0, 0, 0, 0)
+check("a fetch with a socket of no pairing gets an answer without a resource",
+      typ == 10 and sid == 42 and tp == 2 and result == 4 and not fds,
+      f"type {typ} sock {sid} transport {tp} result {result} fds {fds}")
 for fd in fds:
     os.close(fd)
-s.send(hdr(11, struct.pack("<Q", 43)))
+s.send(hdr(11, struct.pack("<QH6x", 43, 2)))
 try:
     gone = s.recv(100) == b""
 except (ConnectionResetError, BrokenPipeError):
     gone = True
-check("a memfd request without its socket drops the client", gone)
+check("a fetch without its socket drops the client", gone)
 for x in (s, cli, srv, lsn):
     x.close()
 

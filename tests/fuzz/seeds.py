@@ -8,7 +8,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAGIC, VERSION = 0x4B435344, 1
-HELLO, SOCK_EVENT, STAT_REQ, SHUTDOWN, OFFER, PEER_REQ = 1, 2, 3, 6, 9, 13
+HELLO, SOCK_EVENT, STAT_REQ, SHUTDOWN, OFFER, FETCH, PEER_REQ = 1, 2, 3, 6, 9, 11, 13
+SHM, NETNS = 2, 1  # enum dsock_path (a transport), enum dsock_proof
 
 
 def msg(mtype, payload=b"", seq=1):
@@ -28,8 +29,12 @@ def sock_event(ev=2, fd=5, sid=1, state=5, path=1, reason=0):
     return msg(SOCK_EVENT, body + addr(port=40000) + addr(port=80) + b"\0" * 4)
 
 
-def offer(sid=1, role=1):
-    return msg(OFFER, struct.pack("<QII", sid, role, 0))
+def offer(sid=1, role=1, transport=SHM, proof=NETNS):
+    return msg(OFFER, struct.pack("<QIHH", sid, role, transport, proof))
+
+
+def fetch(sid=1, transport=SHM):
+    return msg(FETCH, struct.pack("<QH6x", sid, transport))
 
 
 def peer_req(sid=1):
@@ -59,6 +64,12 @@ PROTO = {
     "peer-req": rec(hello(), slot=0, fd_kind=MAIL) + rec(hello(), slot=1, fd_kind=MAIL)
     + rec(offer(1, 1), slot=0, fd_kind=PEER) + rec(offer(2, 2), slot=1, fd_kind=CONN)
     + rec(peer_req(1), slot=0, fd_kind=PEER) + rec(peer_req(9), slot=2, fd_kind=CONN),
+    # an exec's fetch of the pairing's resource, by each end and by a
+    # socket of no pairing
+    "fetch": rec(hello(), slot=0, fd_kind=MAIL) + rec(hello(), slot=1, fd_kind=MAIL)
+    + rec(offer(1, 1), slot=0, fd_kind=PEER) + rec(offer(2, 2), slot=1, fd_kind=CONN)
+    + rec(fetch(1), slot=0, fd_kind=PEER) + rec(fetch(2), slot=1, fd_kind=CONN)
+    + rec(fetch(3), slot=0, fd_kind=LISTEN),
     "stat": rec(hello(), slot=0, fd_kind=MAIL) + rec(sock_event(), slot=0) + rec(msg(STAT_REQ), slot=1)
     + rec(msg(STAT_REQ), slot=2, root=True),
     "shutdown": rec(msg(SHUTDOWN), slot=3) + rec(msg(SHUTDOWN), slot=2, root=True),

@@ -34,6 +34,54 @@ static size_t event(void)
 	return sizeof(m.h) + sizeof(*e);
 }
 
+/* A message of type with the payload p (len bytes); returns its length. */
+static size_t with(unsigned type, const void *p, size_t len)
+{
+	memset(&m, 0, sizeof(m));
+	dsock_msg_init(&m.h, (uint16_t)type, len, 3);
+	memcpy(m.b + sizeof(m.h), p, len);
+	return sizeof(m.h) + len;
+}
+
+/* Offers, results and fetches name a transport (and offers a proof):
+ * an unknown or kernel one, or stray padding, is refused. */
+static void transport_ids(void)
+{
+	struct dsock_msg_offer o = { .sock_id = 1, .role = DSOCK_OFFER_CONNECT, .transport = DSOCK_PATH_SHM,
+				     .proof = DSOCK_PROOF_NETNS };
+	struct dsock_msg_fetch f = { .sock_id = 1, .transport = DSOCK_PATH_SHM };
+	struct dsock_msg_result r = { .sock_id = 1, .transport = DSOCK_PATH_SHM, .result = DSOCK_RES_PAIRED };
+
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_OFFER, &o, sizeof(o))), 0);
+	o.transport = DSOCK_PATH_KERNEL;
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_OFFER, &o, sizeof(o))), -EBADMSG);
+	o.transport = DSOCK_PATH_MAX + 1;
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_OFFER, &o, sizeof(o))), -EBADMSG);
+	o.transport = DSOCK_PATH_SHM;
+	o.proof = 0;
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_OFFER, &o, sizeof(o))), -EBADMSG);
+	o.proof = DSOCK_PROOF_MAX + 1;
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_OFFER, &o, sizeof(o))), -EBADMSG);
+
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_FETCH, &f, sizeof(f))), 0);
+	f.pad[1] = 1;
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_FETCH, &f, sizeof(f))), -EBADMSG);
+	f.pad[1] = 0;
+	f.transport = 0;
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_FETCH, &f, sizeof(f))), -EBADMSG);
+
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), 0);
+	r.transport = DSOCK_PATH_KERNEL;
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), -EBADMSG);
+	r.result = DSOCK_RES_PEER; /* a lent socket is no transport's */
+	r.transport = 0;
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), 0);
+	r.transport = DSOCK_PATH_SHM;
+	r.result = DSOCK_RES_HELD;
+	r.pad2 = 1;
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), -EBADMSG);
+}
+
 int main(void)
 {
 	size_t n;
@@ -103,5 +151,6 @@ int main(void)
 	ASSERT_STREQ(dsock_reason_name(999), "?");
 	for (unsigned r = 0; r < DSOCK_R_MAX; r++)
 		ASSERT_TRUE(dsock_reason_name(r) != NULL);
+	transport_ids();
 	UNIT_DONE();
 }

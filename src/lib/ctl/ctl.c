@@ -4,6 +4,7 @@
 #include "lib/base/proc.h"
 #include "lib/base/real.h"
 #include "lib/sock/sock.h"
+#include "lib/transport/transport.h"
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/fdpass.h"
@@ -33,7 +34,7 @@ static const struct dsock_mail_page *mail;  /* the daemon writes it */
 static uint64_t mail_seen;
 static struct dsock_ev_ring *evr;  /* after the mail page: we write it */
 static uint64_t evr_tail;          /* our own count (the ring's may be stale) */
-static void (*result_handler)(const struct dsock_msg_result *r, int memfd);
+static void (*result_handler[DSOCK_PATH_MAX + 1])(const struct dsock_msg_result *r, int fd);
 
 static int ctl_trylock(void)
 {
@@ -253,7 +254,8 @@ static void send_event_locked(struct dsock_sock *s, int fd, unsigned ev, int may
 	m.domain = (uint16_t)s->domain;
 	m.type = (uint16_t)s->type;
 	m.state = s->state;
-	m.path = s->tp && s->reason == DSOCK_R_NONE ? DSOCK_PATH_SHM : DSOCK_PATH_KERNEL;
+	const struct dsock_transport *tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
+	m.path = (uint16_t)(tp && s->reason == DSOCK_R_NONE ? tp->id : DSOCK_PATH_KERNEL);
 	m.reason = s->reason;
 	if (ev != DSOCK_EV_CLOSE && fd >= 0) {
 		fill_addr(&m.local, fd, 0, local);
@@ -263,7 +265,7 @@ static void send_event_locked(struct dsock_sock *s, int fd, unsigned ev, int may
 	/* listeners (offers look for them) and fast-path sockets (their
 	 * close frees the connection's memory in the daemon) at once; the
 	 * rest through the event ring */
-	if (ev == DSOCK_EV_OPEN || m.path == DSOCK_PATH_SHM || atomic_load(&ctl_fd) < 0 ||
+	if (ev == DSOCK_EV_OPEN || m.path != DSOCK_PATH_KERNEL || atomic_load(&ctl_fd) < 0 ||
 	    ring_put_locked(&m))
 		ctl_send_locked(DSOCK_MSG_SOCK_EVENT, &m, sizeof(m), may_reconnect);
 	if (atomic_load(&ctl_fd) >= 0 && ev != DSOCK_EV_CLOSE) {
@@ -364,9 +366,10 @@ void dsock_ctl_sock_event_at(struct dsock_sock *s, int fd, unsigned ev,
 	DSOCK_GUARD_EXIT();
 }
 
-int dsock_ctl_offer(struct dsock_sock *s, int fd, unsigned role)
+int dsock_ctl_offer(struct dsock_sock *s, int fd, unsigned role, unsigned transport, unsigned proof)
 {
-	struct dsock_msg_offer m = { .sock_id = s->id, .role = role };
+	struct dsock_msg_offer m = { .sock_id = s->id, .role = role, .transport = (uint16_t)transport,
+				     .proof = (uint16_t)proof };
 	int r = -EAGAIN;
 
 	DSOCK_GUARD_ENTER();
@@ -389,26 +392,29 @@ int dsock_ctl_offer(struct dsock_sock *s, int fd, unsigned role)
 	return r;
 }
 
-void dsock_ctl_set_result_handler(void (*fn)(const struct dsock_msg_result *r, int memfd))
+void dsock_ctl_set_result_handler(unsigned transport, void (*fn)(const struct dsock_msg_result *r, int fd))
 {
-	result_handler = fn;
+	if (transport <= DSOCK_PATH_MAX)
+		result_handler[transport] = fn;
 }
 
 /* Hands one received message (n bytes, with fd got or -1) to the result
- * handler; anything else is refused and its fd closed.  Locked. */
+ * handler of the transport it names; anything else is refused and its fd
+ * closed.  Locked. */
 static void deliver_locked(const char *b, ssize_t n, int got)
 {
 	const struct dsock_msg_hdr *h = (const void *)b;
 	struct dsock_msg_result r;
 
 	/* the daemon is trusted more than a peer, but still checked */
-	if (got == -2 || dsock_msg_check(b, (size_t)n) || h->type != DSOCK_MSG_RESULT || !result_handler) {
+	if (got == -2 || dsock_msg_check(b, (size_t)n) || h->type != DSOCK_MSG_RESULT) {
 		if (got >= 0)
 			dsock_real.close(got);
 		return;
 	}
 	memcpy(&r, b + sizeof(*h), sizeof(r));
-	if (r.result == DSOCK_RES_MEMFD) { /* an answer nobody waits for now */
+	/* a fetch answer nobody waits for now, or a transport not here */
+	if (r.result == DSOCK_RES_FETCHED || r.result == DSOCK_RES_PEER || !result_handler[r.transport]) {
 		if (got >= 0)
 			dsock_real.close(got);
 		return;
@@ -420,7 +426,7 @@ static void deliver_locked(const char *b, ssize_t n, int got)
 		r.reason = DSOCK_R_RESOURCE;
 		got = -1;
 	}
-	result_handler(&r, got);
+	result_handler[r.transport](&r, got);
 }
 
 /* Reads every waiting message from the daemon.  Locked. */
@@ -444,8 +450,9 @@ static void read_mail_locked(void)
 	}
 }
 
-/* 1 if the message (n bytes, fd got) is the daemon's MEMFD answer for sock_id. */
-static int is_memfd_answer(const char *b, ssize_t n, int got, uint64_t sock_id)
+/* 1 if the message (n bytes, fd got) is the daemon's FETCHED answer for
+ * sock_id and transport. */
+static int is_fetch_answer(const char *b, ssize_t n, int got, uint64_t sock_id, unsigned transport)
 {
 	const struct dsock_msg_hdr *h = (const void *)b;
 	struct dsock_msg_result r;
@@ -453,12 +460,12 @@ static int is_memfd_answer(const char *b, ssize_t n, int got, uint64_t sock_id)
 	if (got == -2 || dsock_msg_check(b, (size_t)n) || h->type != DSOCK_MSG_RESULT)
 		return 0;
 	memcpy(&r, b + sizeof(*h), sizeof(r));
-	return r.result == DSOCK_RES_MEMFD && r.sock_id == sock_id;
+	return r.result == DSOCK_RES_FETCHED && r.sock_id == sock_id && r.transport == transport;
 }
 
-int dsock_ctl_fetch_memfd(unsigned long long sock_id, int sock_fd, int timeout_ms)
+int dsock_ctl_fetch(unsigned transport, unsigned long long sock_id, int sock_fd, int timeout_ms)
 {
-	struct dsock_msg_memfd_req q = { .sock_id = sock_id };
+	struct dsock_msg_fetch q = { .sock_id = sock_id, .transport = (uint16_t)transport };
 	union { struct dsock_msg_hdr h; char b[DSOCK_MSG_MAX + 1]; } m;
 	union dsock_cmsg_one cm;
 	int64_t end = dsock_mono_ns() + (int64_t)timeout_ms * 1000000;
@@ -473,7 +480,7 @@ int dsock_ctl_fetch_memfd(unsigned long long sock_id, int sock_fd, int timeout_m
 		sched_yield();
 	}
 	fd = atomic_load(&ctl_fd);
-	if (fd < 0 || ctl_send_fd_locked(DSOCK_MSG_MEMFD_REQ, &q, sizeof(q), sock_fd) < 0)
+	if (fd < 0 || ctl_send_fd_locked(DSOCK_MSG_FETCH, &q, sizeof(q), sock_fd) < 0)
 		r = -ENOTCONN;
 	else
 		for (int64_t left; r == -ETIMEDOUT && (left = end - dsock_mono_ns()) > 0;) {
@@ -491,7 +498,7 @@ int dsock_ctl_fetch_memfd(unsigned long long sock_id, int sock_fd, int timeout_m
 			if (n < 0)
 				continue;
 			int got = dsock_cmsg_take_fd(&mh, dsock_real.close);
-			if (is_memfd_answer(m.b, n, got, sock_id)) {
+			if (is_fetch_answer(m.b, n, got, sock_id, transport)) {
 				r = got >= 0 ? got : -ENOENT;
 				break;
 			}

@@ -24,19 +24,21 @@ void dsock_ctl_fd_lost(unsigned first, unsigned last);
 /* Cheap test used before dsock_ctl_fd_lost on every close. */
 int dsock_ctl_fd(void);
 
-/* Sends an OFFER for s with its kernel socket fd attached.  Returns 0, or
- * -errno when the daemon cannot be reached (the socket then stays on the
- * kernel). */
+/* Sends an OFFER for s with its kernel socket fd attached, for transport
+ * (enum dsock_path) and proven by proof (enum dsock_proof).  Returns 0,
+ * or -errno when the daemon cannot be reached (the socket then stays on
+ * the kernel). */
 struct dsock_msg_result;
-int dsock_ctl_offer(struct dsock_sock *s, int fd, unsigned role);
-/* Handler for RESULT messages (set by the shm transport); memfd is -1
- * unless paired, and the handler owns it. */
-void dsock_ctl_set_result_handler(void (*fn)(const struct dsock_msg_result *r, int memfd));
-/* The memfd of a paired socket again, from the daemon (sock_fd, one of
- * our fds of it, proves the claim), for an exec: waits up to timeout_ms,
- * delivering other mail meanwhile.  Returns the fd (close-on-exec), or
- * -ENOENT (the daemon has none), -ENOTCONN, -ETIMEDOUT. */
-int dsock_ctl_fetch_memfd(unsigned long long sock_id, int sock_fd, int timeout_ms);
+int dsock_ctl_offer(struct dsock_sock *s, int fd, unsigned role, unsigned transport, unsigned proof);
+/* The handler of transport's RESULT messages (results are routed by the
+ * transport they name); fd is -1 unless paired, and the handler owns it. */
+void dsock_ctl_set_result_handler(unsigned transport, void (*fn)(const struct dsock_msg_result *r, int fd));
+/* transport's resource of a paired socket again, from the daemon (sock_fd,
+ * one of our fds of it, proves the claim), for an exec: waits up to
+ * timeout_ms, delivering other mail meanwhile.  Returns the fd
+ * (close-on-exec), or -ENOENT (the daemon has none), -ENOTCONN,
+ * -ETIMEDOUT. */
+int dsock_ctl_fetch(unsigned transport, unsigned long long sock_id, int sock_fd, int timeout_ms);
 /* The other end's kernel socket of a paired socket (sock_fd, one of our
  * fds of it, proves the claim), lent by the daemon for a hand-over the
  * peer cannot make in time (ctl_peer.c; PEER_REQ in common/proto.h), on a

@@ -23,6 +23,7 @@ enum dsock_role { DSOCK_ROLE_CONNECT = 1, DSOCK_ROLE_ACCEPT = 2 };
 
 struct dsock_transport {
 	const char *name;
+	unsigned id; /* enum dsock_path: its name to the daemon and in stat */
 	/* Take over the established connection on fd (0, with *priv its
 	 * state, which the socket layer attaches), or return -errno and the
 	 * kernel keeps it (*reason gets an enum dsock_reason). */

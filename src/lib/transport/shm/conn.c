@@ -313,7 +313,7 @@ int shm_init(void)
 	if (on && !strcmp(on, "0"))
 		return 1; /* DSOCK_FASTPATH=0: every connection stays on the kernel */
 	shm_membarrier_register();
-	dsock_ctl_set_result_handler(on_result);
+	dsock_ctl_set_result_handler(DSOCK_PATH_SHM, on_result);
 	return 0;
 }
 
@@ -353,7 +353,7 @@ static int send_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 	c->next = pending;
 	pending = c;
 	pthread_mutex_unlock(&pending_mu);
-	r = dsock_ctl_offer(s, fd, (unsigned)role);
+	r = dsock_ctl_offer(s, fd, (unsigned)role, DSOCK_PATH_SHM, DSOCK_PROOF_NETNS);
 	DSOCK_DBG("sock %llu offered (role %d): %d", (unsigned long long)s->id, role, r);
 	if (r) {
 		unlink_pending(c);

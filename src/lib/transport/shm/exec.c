@@ -68,7 +68,7 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 	/* the new program maps the memory from an fd that survives the exec:
 	 * the daemon keeps one (we closed ours once mapped) */
 	int mine = c->exec_memfd >= 0 && c->exec_memfd_pid == (int)syscall(SYS_getpid); /* a dup's */
-	int mfd = !w->runs_dsock ? -1 : mine ? c->exec_memfd : dsock_ctl_fetch_memfd(s->id, fd, 1000);
+	int mfd = !w->runs_dsock ? -1 : mine ? c->exec_memfd : dsock_ctl_fetch(DSOCK_PATH_SHM, s->id, fd, 1000);
 	int len = mfd < 0 ? -1 : snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%d:%u:%lld:%d",
 					  w->used ? "," : "", fd, mfd, c->side, c->size,
 					  (long long)c->tx_base, w->new_holder);

@@ -2,6 +2,7 @@
  * answer about a connection: readiness, FIONREAD, options, closing. */
 #include "lib/transport/shm/ring.h"
 #include "lib/base/real.h"
+#include "common/proto.h"
 #include "lib/sock/ready.h"
 #include "common/log.h"
 
@@ -231,6 +232,7 @@ static void shm_counts(long *carried, long *back)
 
 const struct dsock_transport dsock_shm_transport = {
 	.name = "shm",
+	.id = DSOCK_PATH_SHM,
 	.offer = shm_offer,
 	.sendmsg = shm_sendmsg,
 	.sendmsg_solo = shm_sendmsg_solo,

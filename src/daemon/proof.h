@@ -1,0 +1,41 @@
+/* Proofs of identity: how the daemon proves, from what the kernel itself
+ * recorded, that two offered sockets are the two ends of one connection.
+ * Never from a message: a false match hands one tenant's data to another.
+ * An offer names its proof (enum dsock_proof); each proof reads the
+ * socket (inspect) and says under which key the other end's offer is
+ * found (key, mate_key), and whether two candidates really are one
+ * connection (proves). */
+#ifndef DSOCKD_PROOF_H
+#define DSOCKD_PROOF_H
+
+#include "common/proto.h"
+
+#include <stdint.h>
+#include <sys/types.h>
+
+struct dd_ident {
+	uint64_t netns;  /* SO_NETNS_COOKIE */
+	uint64_t cookie; /* SO_COOKIE: never reused, unlike an inode number */
+	ino_t ino;
+	struct dsock_addr local, peer;
+	uint64_t key;      /* this end's key */
+	uint64_t mate_key; /* the key the other end's offer has */
+};
+
+struct dd_proof {
+	unsigned id; /* enum dsock_proof */
+	const char *name;
+	/* Reads the socket: DSOCK_R_NONE, or why it cannot be paired
+	 * (enum dsock_reason). */
+	unsigned (*inspect)(int fd, struct dd_ident *out);
+	/* 1 if a and b are proven the two ends of one connection. */
+	int (*proves)(const struct dd_ident *a, const struct dd_ident *b);
+};
+
+/* The proof of that id, or NULL. */
+const struct dd_proof *dd_proof_get(unsigned id);
+
+/* Socket addresses in the daemon's one form (IPv4 v4-mapped). */
+int dd_addr_same(const struct dsock_addr *a, const struct dsock_addr *b);
+
+#endif

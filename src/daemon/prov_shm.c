@@ -1,0 +1,154 @@
+/* Provisioning for the shared-memory transport: one sealed memfd per
+ * pair (its header written here, then both ends map it), the ring size
+ * (DSOCK_RING_KB) and the memory limit (DSOCK_SHM_LIMIT_MB).  The daemon
+ * keeps the memfd while the pair lives, for an exec that hands a
+ * connection to a new program (the ends close theirs once mapped:
+ * FETCH in proto.h). */
+#include "daemon/provision.h"
+#include "common/log.h"
+#include "common/shm_layout.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static uint32_t ring_size = DSOCK_RING_DEFAULT;
+static uint64_t limit; /* bytes of connection memory; 0: no limit */
+static unsigned long n_conns, n_limited;
+
+static size_t conn_bytes(void)
+{
+	return DSOCK_SHM_HDR + 2 * (size_t)ring_size;
+}
+
+static int shm_init(void)
+{
+	/* bytes per direction of every connection's ring */
+	const char *kb = getenv("DSOCK_RING_KB");
+	long v = kb ? atol(kb) * 1024 : DSOCK_RING_DEFAULT;
+	/* connection memory in all, default a quarter of the RAM; beyond it
+	 * new connections stay on the kernel */
+	const char *mb = getenv("DSOCK_SHM_LIMIT_MB");
+	long long lim = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / 4;
+
+	if (v < DSOCK_RING_MIN || v > DSOCK_RING_MAX || (v & (v - 1))) {
+		fprintf(stderr, "dsockd: DSOCK_RING_KB must be a power of two from %u to %u\n",
+			DSOCK_RING_MIN >> 10, DSOCK_RING_MAX >> 10);
+		return -1;
+	}
+	if (mb) {
+		char *end;
+		lim = strtoll(mb, &end, 10) * 1024 * 1024;
+		if (*end || lim < 0) {
+			fprintf(stderr, "dsockd: DSOCK_SHM_LIMIT_MB must be a number of MiB (0: no limit)\n");
+			return -1;
+		}
+	}
+	ring_size = (uint32_t)v;
+	limit = (uint64_t)(lim > 0 ? lim : 0);
+	return 0;
+}
+
+/* One memfd for the connection: header initialised, size sealed so neither
+ * end can shrink it under the other (which would be SIGBUS on access). */
+static int make_memfd(void)
+{
+	size_t len = conn_bytes();
+	struct dsock_shm_hdr *h;
+	int fd = memfd_create("dsock-conn", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)len) < 0)
+		goto fail;
+	h = mmap(NULL, DSOCK_SHM_HDR, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (h == MAP_FAILED)
+		goto fail;
+	h->magic = DSOCK_SHM_MAGIC;
+	h->version = DSOCK_SHM_VERSION;
+	h->ring_size = ring_size;
+	h->data_off = DSOCK_SHM_HDR;
+	for (int i = 0; i < 2; i++)
+		h->side[i].switch_off = DSOCK_SWITCH_NONE;
+	munmap(h, DSOCK_SHM_HDR);
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+		goto fail;
+	return fd;
+fail:
+	close(fd);
+	return -errno;
+}
+
+static int shm_make(struct dd_pair *x, struct dsock_msg_result *r)
+{
+	int fd;
+
+	if (limit && (n_conns + 1) * conn_bytes() > limit) {
+		if (n_limited++ % 1000 == 0)
+			DSOCK_WARN("connection memory limit (%llu bytes, %lu connections) reached: "
+				   "new connections stay on the kernel", (unsigned long long)limit, n_conns);
+		return -ENOSPC;
+	}
+	fd = make_memfd();
+	if (fd < 0) {
+		DSOCK_WARN("cannot create connection memory: %s", strerror(-fd));
+		return fd;
+	}
+	x->fd[0] = x->fd[1] = fd;
+	r->ring_size = ring_size;
+	n_conns++;
+	return 0;
+}
+
+static void shm_fetched(const struct dd_pair *x, int side, struct dsock_msg_result *r)
+{
+	(void)x;
+	(void)side;
+	r->ring_size = ring_size;
+}
+
+/* No process holds either end: each side attached and then let go by its
+ * last holder, or refused. */
+static int shm_dead(const struct dd_pair *x)
+{
+	struct dsock_shm_side side[2];
+
+	if (pread(x->fd[0], side, sizeof(side), offsetof(struct dsock_shm_hdr, side)) != (ssize_t)sizeof(side))
+		return 0;
+	for (int i = 0; i < 2; i++) {
+		uint32_t att = side[i].attached;
+		if (!(att == DSOCK_ATT_REFUSED || (att == DSOCK_ATT_ATTACHED && side[i].holders == 0)))
+			return 0;
+	}
+	return 1;
+}
+
+static void shm_release(struct dd_pair *x)
+{
+	close(x->fd[0]);
+	n_conns--;
+}
+
+static void shm_stat(char *buf, size_t n)
+{
+	size_t l = strlen(buf);
+
+	snprintf(buf + l, n - l, " shm_conns=%lu shm_bytes=%llu shm_limited=%lu", n_conns,
+		 (unsigned long long)(n_conns * conn_bytes()), n_limited);
+}
+
+const struct dd_provision dd_prov_shm = {
+	.transport = DSOCK_PATH_SHM,
+	.name = "shm",
+	.init = shm_init,
+	.make = shm_make,
+	.fetched = shm_fetched,
+	.dead = shm_dead,
+	.release = shm_release,
+	.stat = shm_stat,
+};
