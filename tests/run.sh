@@ -55,8 +55,8 @@ conformance() {
 # The same with every connection going back to the kernel at its first
 # ring read, as one whose consumers sleep does (DSOCK_TEST_DOWN_READS=1):
 # each scenario's bytes cross that move mid-stream, and enough scenarios
-# must really make it (67-69 of the 69 on the rings did before the warm
-# families; with them, 359-363 of the 362-364 on the rings).
+# must really make it (nearly all of those on the rings do; the step fails
+# under 300).
 conformance_back() {
 	local out n
 	mkdir -p "$RUNDIR/back"

@@ -208,17 +208,16 @@ struct dsock_msg_sock_event {
  * before it (`after`): the daemon may read the ring while messages of the
  * process still wait in its socket (for another process's offer or stat
  * request, or for a doorbell sent before them), and a CLOSE read before
- * the CONNECT that went as a message while the ring was full left a closed
- * socket in stat (a CI run of a669eae).  Each side trusts only its private copy
- * of its own index and checks the other's; the daemon checks every event
- * it copies out as it checks a SOCK_EVENT message.  (A connect/accept/close
- * loop ran at 0.33x the kernel's rate when every event was a message: a
- * daemon wake-up each.) */
+ * the CONNECT that went as a message while the ring was full would leave
+ * a closed socket in stat.  Each side trusts only its private copy of its
+ * own index and checks the other's; the daemon checks every event it
+ * copies out as it checks a SOCK_EVENT message.  (A message per event
+ * would cost a daemon wake-up per event.) */
 #define DSOCK_EVRING_OFF   4096
 /* 1,024 slots (76 KiB, touched only as far as a process writes): a
- * connect/accept/close loop rings every ~128 connections instead of ~32,
- * 4-6 % faster (each doorbell wakes the daemon, ~15 us of the sender's
- * time here); 2,048 was no faster. */
+ * connect/accept/close loop rings about every 128 connections, and each
+ * doorbell wakes the daemon at the sender's expense (docs/ARCHITECTURE.md,
+ * "Design decisions and measurements"). */
 #define DSOCK_EVRING_SLOTS 1024u /* power of two */
 struct dsock_ev_ring {
 	uint64_t tail; /* events ever written (the library) */

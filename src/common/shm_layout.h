@@ -83,9 +83,9 @@ struct dsock_shm_ring {
 			       * consumer bumps space_seq and wakes the futex,
 			       * and tokens a poller */
 	uint8_t pad0[DSOCK_CL - 12];
-	/* producer's lock line, apart: a lock word on the tail's line cost
-	 * each send a cache-line transfer for the lock and another for the
-	 * unlock (the consumer had read the line in between) */
+	/* producer's lock line, apart: a lock word on the tail's line would
+	 * cost each send a cache-line transfer for the lock and another for
+	 * the unlock (the consumer reads the line in between) */
 	uint32_t tx_lock;     /* tid holding the producer side (threads, fork),
 			       * or DSOCK_LOCK_BIAS | tid: biased to that
 			       * thread, which then enters with no locked

@@ -235,9 +235,9 @@ else:
 '
 for mode in threads asyncio; do
 	# the threads case checks concurrency, not speed: its 4 MiB burst may be
-	# over on the kernel before the pairing lands (seen once in CI), so the
-	# rings are required for asyncio only, whose conversation pairs first
-	# (its burst alone also finished on the kernel once in CI)
+	# over on the kernel before the pairing lands, so the rings are
+	# required for asyncio only, whose conversation pairs first (its burst
+	# alone may finish on the kernel too)
 	if run "py$mode" python3 -c "$PY_ECHO" "$mode" >"$T/py.$mode" 2>&1 && grep -qx ok "$T/py.$mode" \
 		&& { [ "$mode" = threads ] || on_shm "py$mode" >/dev/null; }; then
 		ok "python $mode echo byte-exact ($(on_shm "py$mode" >/dev/null && echo "on shared memory" || echo "on the kernel"))"

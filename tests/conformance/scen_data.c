@@ -389,11 +389,11 @@ DGRAM_SCEN(send_to_nobody)
  * ends: a reader and a writer on the client, an echo thread on the server
  * (Python's threaded echo).  Under dsock the first call offers the
  * connection to the daemon and a later one attaches its answer; two
- * threads got there together: both offered (a looping pending list: the
- * process spun forever) or both attached (the second on a closed memfd,
- * sending back to the kernel a connection whose peer had already moved to
- * its ring: a hang).  Several cold connections, more bytes than the
- * kernel buffers hold, every byte checked. */
+ * threads that get there together must not both offer (a looping pending
+ * list: the process spins forever) nor both attach (the second on a
+ * closed memfd, sending back to the kernel a connection whose peer has
+ * already moved to its ring: a hang).  Several cold connections, more
+ * bytes than the kernel buffers hold, every byte checked. */
 #define COLD_CONNS 12
 #define COLD_BYTES (1L << 20)
 

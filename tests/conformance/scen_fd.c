@@ -420,9 +420,8 @@ SELFTEST_SCEN(peek_then_read)
 }
 
 /* Connections up to a low fd limit: a program that fits natively fits under
- * dsock (the fast path must not hold an fd per connection of its own: it
- * once kept each connection's memfd, and 20 warm pairs then ran out of fds
- * half way). */
+ * dsock (the fast path must not hold an fd per connection of its own: with
+ * each connection's memfd kept, 20 warm pairs run out of fds half way). */
 STREAM_SCEN(many_connections_low_fd_limit)
 {
 	enum { PAIRS = 20 };

@@ -261,8 +261,8 @@ STREAM_SCEN(epoll_nested_and_in_poll)
 }
 
 /* An epoll set is closed and its number reused for a socket that joins
- * another set: nothing of the old set may leak into the new one (dsock
- * once reported the old set's unread data for the new socket). */
+ * another set: nothing of the old set may leak into the new one (such as
+ * the old set's unread data, reported for the new socket). */
 STREAM_SCEN(epoll_set_number_reused)
 {
 	int c1, s1, c2, s2, old = epoll_create1(0), ep = epoll_create1(0);

@@ -243,8 +243,8 @@ h.close(); mm.close(); os.close(mfd)
 # an event in the ring never overtakes a message sent before it: a CLOSE
 # whose slot says "after message 2", read by the daemon (for a stat
 # request, or before message 2 itself) while that message (the socket's
-# CONNECT) is unread, waits for it; read first, it left a closed socket in
-# stat (a CI run)
+# CONNECT) is unread, waits for it; read first, it would leave a closed
+# socket in stat
 mfd = os.memfd_create("order-mail", os.MFD_ALLOW_SEALING)
 os.ftruncate(mfd, MAIL_SIZE)
 fcntl.fcntl(mfd, 1033, 0x0002 | 0x0004 | 0x0001)

@@ -213,9 +213,9 @@ static void client(struct sockaddr_in *a, int sent, int go)
 		size_t n = 1 + (size_t)i % 100;
 		/* the pairing is asynchronous: let it land early (each end
 		 * offers at its fourth call, in round 1), so that the rest goes
-		 * through the rings (with HANDOVER_STALL a client whose sending
-		 * never left the kernel needs to answer nothing, and the
-		 * hand-over rightly succeeded: one CI run of case 5) */
+		 * through the rings (a client whose sending never left the
+		 * kernel needs to answer nothing, so a hand-over while it
+		 * sleeps, case 5, would rightly succeed and test nothing) */
 		if (i == 2)
 			usleep(50000);
 		memset(buf, i, n);

@@ -255,7 +255,7 @@ while True: a.sendall(b"z" * 65536)
     time.sleep(0.3)
     # natively the sender's receive queue is empty, so its death sends a
     # FIN; a wake-up byte left there (a space token a blocked sender never
-    # reads) would make it an RST: the CI run of e69865c saw ECONNRESET
+    # reads) would make it an RST, and the receiver would see ECONNRESET
     q = subprocess.run(["ss", "-tnH", f"sport = :{port2}"], capture_output=True, text=True).stdout.split()
     check("2. the blocked sender's socket holds no wake-up bytes", q[1:2] == ["0"], q)
     os.kill(snd.pid, signal.SIGKILL)

@@ -14,7 +14,7 @@ in the ring included) and more, the peer exactly everything.
 In 1-4 and 6 the peer is blocked in recv on the connection (it can answer
 a hand-over request).  In the following it cannot (but 9a) (HANDOVER_PEER,
 see handover.c), each an exec into the static program:
-  5. the peer sleeps in nanosleep for 3 s (HANDOVER_STALL=1, as before);
+  5. the peer sleeps in nanosleep for 3 s (HANDOVER_STALL=1 is the same);
   7. the peer computes for 3 s without a system call;
   8. the peer is stopped: the test sends it SIGSTOP before the hand-over
      and SIGCONT 10 s later (HANDOVER_STOP_S; natively 3 s); the new

@@ -27,8 +27,8 @@
      store buffer as the consumer looks) lasts nanoseconds: no test forces
      it; this one runs the path 20 times.
   8. a connection whose consumer is asleep at nearly every write goes back
-     to the kernel (opt-in, DSOCK_ASLEEP_READS=1024): a request every 1 ms
-     to an echo that sleeps between them, 1,500 round trips byte-exact,
+     to the kernel (DSOCK_ASLEEP_READS=1024, the default): a request every
+     1 ms to an echo that sleeps between them, 1,500 round trips byte-exact,
      both ends back on the kernel (the library's exit report) and `dsock
      stat` showing consumer-asleep while the connection is open; a
      ping-pong whose consumers poll stays on the rings (none goes back).

@@ -322,8 +322,8 @@ static void fork_helper(int i)
 }
 
 /* The server's client process, once reap() below has collected it (its
- * waitpid(-1) may get there first: the server then waited for a client
- * that was gone, and failed "no progress for 10 s"). */
+ * waitpid(-1) may get there first: the server would then wait for a
+ * client that is gone, and fail "no progress for 10 s"). */
 static pid_t client_pid;
 static int client_reaped, client_status;
 

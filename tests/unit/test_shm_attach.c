@@ -4,12 +4,12 @@
  * A result that could not be attached at once (a send in flight held the
  * connection's mutex) waits for the next call; two threads' next calls (a
  * reader and a writer, as in Python's threaded echo) both find it.  Only
- * one may map it: the attach that maps the memfd closes it, and the other
- * one failed on the closed fd and sent the connection back to the kernel
- * after this side had told the peer it was attached.  The peer then moved
- * its sending to the ring while our reader sat in a plain kernel read (a
- * clean-clone CI run hung so: the server's echo thread on a full ring, the
- * client's reader in `recv`). */
+ * one may map it: the attach that maps the memfd closes it, and a second
+ * one would fail on the closed fd and send the connection back to the
+ * kernel after this side has told the peer it is attached.  The peer then
+ * moves its sending to the ring while our reader sits in a plain kernel
+ * read: a hang (the server's echo thread on a full ring, the client's
+ * reader in `recv`). */
 #include "unit/unit.h"
 #include "lib/sock/sock.h"
 #include "lib/transport/shm/shm.h"

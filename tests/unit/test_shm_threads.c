@@ -14,8 +14,8 @@
  *
  * Last, a hand-over (down.c) that lands while the peer spins in a blocking
  * receive: the spinner drains the request's wake-up token as it spins, and
- * must answer before it sleeps (a CI run caught the version that slept: the
- * hand-over waited 2 s and reset the connection). */
+ * must answer before it sleeps (a spinner that slept instead would leave
+ * the hand-over waiting 2 s, then resetting the connection). */
 #include "unit/unit.h"
 #include "lib/sock/sock.h"
 #include "lib/transport/shm/shm.h"
@@ -204,8 +204,8 @@ static void lock_held_forever(struct conn *bad, struct conn *good)
 
 /* ---- a lock held by the parent across a fork ----------------------------- */
 /* The child's one thread inherits the parent's cached lock owner id: with
- * it, the child took the parent's lock for its own (-EDEADLK, which the
- * data path turns into a reset).  It must wait for the parent instead. */
+ * it, the child would take the parent's lock for its own (-EDEADLK, which
+ * the data path turns into a reset).  It must wait for the parent instead. */
 static void lock_across_fork(struct conn *k)
 {
 	uint32_t *w = &k->h->ring[0].tx_lock;

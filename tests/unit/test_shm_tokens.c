@@ -7,10 +7,9 @@
  * nothing behind it.  A later partial read must not take that flag as a
  * token backing the data left in the ring, or the data is invisible to
  * every poller and the peer, having sent its last byte, waits forever for
- * an answer (the integrity soak's stall: the server's ring held the
- * client's last 4,005 bytes, FIONREAD said so, and poll never did).  Here
- * the state is made directly: the test takes the byte from the kernel
- * socket itself, as that drain did, and then reads part of the data.
+ * an answer (FIONREAD counts the data, poll never reports it).  Here the
+ * state is made directly: the test takes the byte from the kernel socket
+ * itself, as such a drain does, and then reads part of the data.
  *
  * Then the FIN behind tokens that an edge-triggered epoll must still
  * report, a peer that switches to the ring while we receive, and the
@@ -88,8 +87,8 @@ static void stale_flag_after_partial_read(int lfd, struct sockaddr_in *la)
 
 /* Tokens left in the kernel socket with the peer's FIN behind them and the
  * ring empty: the token filter drains them, and must see the FIN there, or
- * it drops the edge-triggered event that is the only news of the EOF (a
- * drain that stopped at its first short read did). */
+ * it drops the edge-triggered event that is the only news of the EOF (as
+ * a drain that stops at its first short read would). */
 static void eof_behind_tokens_edge_triggered(int lfd, struct sockaddr_in *la)
 {
 	struct conn k;
@@ -117,9 +116,8 @@ static void eof_behind_tokens_edge_triggered(int lfd, struct sockaddr_in *la)
 /* The peer switches to the ring while we are in a receive (hot, so its
  * first ring bytes come with no token) and that receive reads the last of
  * its kernel bytes: leaving, we must look at the ring, or the ring data
- * stays invisible (the soak's stall: the server had read exactly up to the
- * client's switch offset, rx_switched still 0, 33,485 bytes in the ring,
- * no token; found with the soak held for a debugger). */
+ * stays invisible (read exactly up to the peer's switch offset,
+ * rx_switched still 0, data in the ring, no token). */
 static void switch_while_hot(int lfd, struct sockaddr_in *la)
 {
 	struct conn k;
@@ -194,8 +192,8 @@ static void short_write_then_epollout(int lfd, struct sockaddr_in *la)
  * receive side has not seen the peer's switch: the peer's space tokens
  * must still be taken for tokens (drained, no EPOLLIN reported), or they
  * pile up unread, the writer delays its ACKs, the peer's 1-byte tokens
- * fill its congestion window and its next wake-up waits 40 ms for an ACK
- * (a 64 MiB download from nginx: 0.8 s instead of 0.1). */
+ * fill its congestion window and its next wake-up waits 40 ms for an
+ * ACK. */
 static void writer_only_drains_space_tokens(int lfd, struct sockaddr_in *la)
 {
 	struct conn k;

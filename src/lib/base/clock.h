@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <time.h>
 
-/* The precise reading (a vDSO call, ~20 ns here). */
+/* The precise reading (a vDSO call). */
 static inline int64_t dsock_mono_ns(void)
 {
 	struct timespec ts;
@@ -21,10 +21,10 @@ static inline int64_t dsock_mono_ns(void)
 int64_t dsock_coarse_ns(void);
 
 /* The same clock extrapolated by the TSC from this thread's last precise
- * reading, read again once a millisecond has passed: ~10 ns, within about
- * a microsecond.  The TSC is used only where the kernel keeps time with it
- * (clocksource tsc: synchronized, constant rate); elsewhere, and before
- * dsock_clock_init, this is dsock_mono_ns. */
+ * reading, read again once a millisecond has passed: about half the cost of
+ * the vDSO call, within about a microsecond.  The TSC is used only where the
+ * kernel keeps time with it (clocksource tsc: synchronized, constant rate);
+ * elsewhere, and before dsock_clock_init, this is dsock_mono_ns. */
 int64_t dsock_fast_ns(void);
 
 /* Reads the clock source once (start-up). */

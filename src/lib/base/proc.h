@@ -25,8 +25,9 @@ extern int dsock_vm_shared;
 
 /* 0 inside a vfork child (or a clone) that shares our memory but not our
  * fd table: such a child must not change dsock's state.  A getpid system
- * call once such a child may exist (two per connection in a connect/accept/
- * close loop cost ~3 %); used only on close and dup of fds dsock tracks.
+ * call only once such a child may exist (a connect/accept/close loop would
+ * otherwise pay two per connection); used only on close and dup of fds
+ * dsock tracks.
  * (Relaxed: the child sees the store its own thread made before the
  * system call that created it; any other thread of ours is us.) */
 static inline int dsock_table_owner(void)

@@ -350,8 +350,8 @@ void dsock_ctl_sock_event_at(struct dsock_sock *s, int fd, unsigned ev,
 	DSOCK_GUARD_ENTER();
 	if (ctl_trylock()) {
 		if (mail && __atomic_load_n(&mail->closed, __ATOMIC_ACQUIRE)) {
-			/* the daemon left us: no send fails to tell us so now
-			 * that most events go to the ring */
+			/* the daemon left us: no send fails to tell us so,
+			 * since most events go to the ring */
 			lose_daemon_locked(1);
 			drop_mail_page();
 		}

@@ -307,8 +307,9 @@ void dsock_epoll_forget_range(unsigned first, unsigned last)
 
 	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
 		return;
-	/* a vfork child closes its own fds, not ours: our sets stay (they
-	 * dropped the parent's members, and its epoll_wait missed the ring) */
+	/* a vfork child closes its own fds, not ours: our sets stay (else
+	 * they drop the parent's members, and its epoll_wait misses ring
+	 * data) */
 	if (!dsock_table_owner())
 		return;
 	pthread_mutex_lock(&mu);

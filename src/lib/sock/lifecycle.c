@@ -70,7 +70,7 @@ static void settle(struct dsock_sock *s, int fd, int role, const struct sockaddr
 	}
 	s->reason = (uint16_t)reason;
 	/* an address the kernel would not give is asked again (and found
-	 * missing) by the event, as before */
+	 * missing) by the event */
 	dsock_ctl_sock_event_at(s, fd, role == DSOCK_ROLE_ACCEPT ? DSOCK_EV_ACCEPT : DSOCK_EV_CONNECT,
 				local, peer);
 }

@@ -198,8 +198,8 @@ static __thread unsigned looks_skipped;
  * subset of the ready events, as epoll may return, while this thread asked
  * the kernel about this set less than KERNEL_LOOK_NS ago (a spinning
  * caller knows the time: now), or skipped it fewer than SKIP_LOOKS times
- * in a row (a caller that does not: no clock read).  The kernel's epoll_wait
- * after a find cost a ping-pong round trip ~0.17 us here. */
+ * in a row (a caller that does not: no clock read).  A kernel epoll_wait
+ * after every find would lengthen each ping-pong round trip. */
 static int kernel_look_skippable(int epfd, long long now)
 {
 	if (epfd != looked_epfd)
@@ -221,9 +221,9 @@ static int kernel_look(int epfd, struct epoll_event *ev, int max, long long now)
 
 /* The kernel's events now (no waiting), with the hidden ones added.
  * kernel_anyway 0: when nothing hidden is readable, 0 without asking the
- * kernel (a caller that waits in the kernel next hears it there; two such
- * looks per sleep were two of nginx's six epoll_wait calls per request in
- * the web pipeline).  The hidden ones are looked at once: an edge-triggered
+ * kernel (a caller that waits in the kernel next hears it there, and a
+ * look before each sleep would be an extra system call per sleep).  The
+ * hidden ones are looked at once: an edge-triggered
  * member's edge is used up by the look. */
 static int epoll_now(int epfd, struct epoll_event *ev, int max, int kernel_anyway, long long now)
 {
@@ -266,8 +266,8 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		return n;
 	/* With fast-path connections, poll the kernel's readiness (and the
 	 * rings of lingering receivers) for a moment before sleeping: a token
-	 * then lands on an awake core instead of paying a cross-core wake-up
-	 * (~35 us here).  The kernel's epoll does all the work, so every epoll
+	 * then lands on an awake core instead of paying a cross-core wake-up.
+	 * The kernel's epoll does all the work, so every epoll
 	 * semantic stays its own. */
 	int fast = max > 0 && atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) > 0;
 	if (blocking && fast) {
@@ -277,8 +277,9 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		/* (no spin: the look after the settle below is the only one).
 		 * The rings of lingering receivers are looked at on every round,
 		 * the kernel's readiness (tokens, plain fds) once per
-		 * KERNEL_LOOK_NS: an epoll_wait each round made a round ~0.3 us
-		 * here, and ring data waited half of one on average. */
+		 * KERNEL_LOOK_NS: an epoll_wait each round would make every
+		 * round a system call long, and ring data waits half a round
+		 * on average. */
 		for (; tn - t0 <= budget; spins++) {
 			int kernel = tn >= kernel_at;
 			if (kernel)
@@ -433,8 +434,7 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 		}
 		left = hidden_in ? 0 : end == INT64_MAX ? -1 : end - mono_ms();
 		if (left < 0 && end != INT64_MAX)
-			left = 0; /* past the deadline: -1 would wait forever (the ring
-				   * fuzzer's timeout caught a poll(0) that did) */
+			left = 0; /* past the deadline: -1 waits forever */
 		long long wait_start = sleeping && left ? dsock_mono_ns() : 0;
 		if (is_ppoll) {
 			struct timespec ts = { left / 1000, (left % 1000) * 1000000 };

@@ -48,15 +48,14 @@ void dsock_hidden_set(struct dsock_sock *s, int *flag, int on);
 extern int64_t dsock_spin_ns;
 
 /* Spinning politely.  A spinner that never blocks starves the other
- * processes when there are more runnable threads than CPUs (4 ping-pong
- * pairs on 2 cores left two pairs at 0.3-1.9 ms p99 while two spun).  So
- * every spinning thread probes now and then (a sched_yield that takes more
- * than a few microseconds means another thread ran) and, once it has seen
+ * processes when there are more runnable threads than CPUs.  So every
+ * spinning thread probes now and then (a sched_yield that takes more than
+ * a few microseconds means another thread ran) and, once it has seen
  * contention, spins only briefly and sleeps for the next 5 ms.  A spinner
- * whose data always comes within its pure spin never reaches a yield, so
- * every 20 us a wait that may spin starts with one (3 ping-pong pairs on 2
- * cores: the pair that never yielded left the other two at 77-92 us p99;
- * with it 12-18 us, the kernel's 10-43).
+ * whose data always comes within its pure spin never reaches a yield, and
+ * starves the others all the same, so every 20 us a wait that may spin
+ * starts with one (docs/ARCHITECTURE.md, "Design decisions and
+ * measurements").
  * dsock_spin_contended: 1 if the caller should not spin beyond a short pure
  * spin (it probes when due, and yields when courtesy is due).
  * dsock_spin_yield: yields; 1 if others ran. */
@@ -66,9 +65,9 @@ int dsock_spin_yield(long long now_ns);
 int dsock_spin_seen_contention(long long now_ns);
 
 /* Spinning only where it pays, learnt per thread: a spin that ends with
- * something to read saved a sleep and a wake-up, one that runs out spent
+ * something to read saves a sleep and a wake-up, one that runs out spends
  * its CPU for nothing (on 2 cores, CPU the other processes of a pipeline
- * were waiting for).  dsock_spin_worth: 1 if this wait may spin (while at
+ * are waiting for).  dsock_spin_worth: 1 if this wait may spin (while at
  * least a quarter of this thread's recent spins found something; below
  * that one wait in 8 still spins, to see whether it pays again).
  * dsock_spin_outcome: a spin (one that may find something: not a wait

@@ -2,9 +2,9 @@
  *
  * A data call holds a reference on its socket so that a close elsewhere
  * cannot free it under the call.  Taking and dropping it are two locked
- * instructions, and on a streaming send the drop waited for the ring's
+ * instructions, and on a streaming send the drop waits for the ring's
  * tail store to leave the store buffer (the polling consumer holds that
- * line): perf put 60 % of a 14 B send's samples there.  So one thread per
+ * line): most of a small send's time would go there.  So one thread per
  * process, the first that sends on a transport's socket (it claims the
  * role), sends with no reference: it names the socket in dsock_solo_cur
  * for the length of the call (a section), which only lasts while nothing

@@ -165,8 +165,8 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 	/* nor while a PENDING-state send is in flight (it holds mu).  Wait for
 	 * it a little, not forever: it may be blocked in the kernel until our
 	 * own reader drains the peer, and waiting here could close that cycle
-	 * (a threaded echo hung); a streaming sender releases mu between
-	 * sends, so a short wait usually gets it */
+	 * and hang both; a streaming sender releases mu between sends, so a
+	 * short wait usually gets it */
 	struct timespec until;
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_nsec += 2 * 1000 * 1000;
@@ -257,9 +257,10 @@ static void on_result(const struct dsock_msg_result *r, int memfd)
 	dsock_sock_put(c->sock);
 }
 
-/* 1 ms by default: an event loop comes back to a connection after a few
- * hundred microseconds (redis with 50 clients: 50 us 0.94x the kernel,
- * 1 ms 1.93x; docs/ARCHITECTURE.md, "Lingering leases"). */
+/* 1 ms by default: an event loop that serves many connections comes back
+ * to each after a few hundred microseconds, and a shorter lease makes it
+ * pay a token and a drain per message (docs/ARCHITECTURE.md, "Lingering
+ * leases"). */
 int64_t shm_lease_ns = 1000000;
 
 /* A connection is offered at its shm_offer_calls-th send or receive
@@ -269,9 +270,9 @@ int shm_offer_calls = 4;
 
 /* Connections to one service go back to the kernel once their consumers
  * were found asleep before this many more reads than 8 in 9
- * (DSOCK_ASLEEP_READS; 0: never; tokens.c, note_read).  1,024: redis-benchmark
- * with 1 client went back in 2 of 3 runs at 128 under the producer-side
- * rule this replaced (its server sleeps at first), 0 of 11 at 1,024. */
+ * (DSOCK_ASLEEP_READS; 0: never; tokens.c, note_read).  1,024, not less:
+ * a server that sleeps at first, until its spins start paying
+ * (redis-benchmark with 1 client), must not be judged on its first reads. */
 unsigned shm_asleep_reads = 1024;
 unsigned shm_test_down_reads = 0;
 
@@ -378,9 +379,9 @@ int shm_offer(struct dsock_sock *s, int fd, int role, void **priv, unsigned *rea
 	*priv = c;
 	/* A data call offers (the fourth: offer_due), not connect or accept
 	 * themselves: a connection closed before it carries a byte never costs
-	 * a round trip to the daemon (a connect/accept/close loop ran 10x
-	 * slower when both offered at once), and a nonblocking connect offers
-	 * only once it has completed. */
+	 * a round trip to the daemon (which would dominate a connect/accept/
+	 * close loop), and a nonblocking connect offers only once it has
+	 * completed. */
 	c->state = SC_OFFER_DUE;
 	c->role = role;
 	pthread_mutex_lock(&pending_mu);
@@ -423,10 +424,10 @@ static int rcvlowat_set(int fd)
 
 /* OFFER_DUE: counts the call, and offers the connection when its turn
  * has come and it is established.  One thread does it (a reader and a
- * writer thread may both make a fresh connection's first calls: both
- * offered, and the pending list looped on itself, seen as a threaded
- * Python echo spinning in on_result); the others wait for it, so that no
- * byte moves while the offer reads its baseline. */
+ * writer thread may both make a fresh connection's first calls, and two
+ * offers of one connection would loop the pending list on itself); the
+ * others wait for it, so that no byte moves while the offer reads its
+ * baseline. */
 static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 {
 	unsigned reason;
@@ -484,11 +485,11 @@ int shm_progress(struct dsock_sock *s, int fd)
 	if (__atomic_load_n(&c->delayed_memfd, __ATOMIC_RELAXED) >= 0 &&
 	    atomic_load(&c->kernel_rx_inflight) == 0) {
 		/* claimed by one thread: two threads' calls may both find it,
-		 * and the attach that maps it closes the memfd; the other then
-		 * failed on a closed (or reused) fd number and sent a connection
-		 * the peer already used back to the kernel (the threaded Python
-		 * echo's hang: the peer on its ring, our reader in a plain
-		 * kernel read) */
+		 * and the attach that maps it closes the memfd; a second
+		 * attach would fail on a closed (or reused) fd number and
+		 * send back to the kernel a connection the peer already uses
+		 * (a hang: the peer on its ring, our reader in a plain kernel
+		 * read) */
 		int memfd = __atomic_exchange_n(&c->delayed_memfd, -1, __ATOMIC_ACQUIRE);
 		if (memfd >= 0)
 			attach(s, memfd, c->delayed_side, c->delayed_size);
@@ -588,7 +589,7 @@ void shm_fork_prepare(void)
 		c->refuse = DSOCK_R_FORKED;
 	/* the child holds every attached connection too: counted here, before
 	 * the fork returns, or the parent's close could come first and end a
-	 * connection the child goes on using (the soak hung that way) */
+	 * connection the child goes on using (its tokens would stop) */
 	pthread_mutex_lock(&held_mu);
 	for (struct shm_conn *c = held; c; c = c->hnext)
 		if (!c->let_go)

@@ -154,9 +154,10 @@ static int peer_down(struct shm_conn *c, int fd, int pfd, int round, int64_t end
 		r = -EPIPE; /* nothing can follow its FIN */
 		goto out;
 	}
-	/* bytes still in flight arrive within microseconds here, unless our
-	 * receive buffer is full of its pre-switch data: then they come as
-	 * that is read (below), else we let go of its locks and come back */
+	/* bytes still in flight arrive within microseconds (loopback),
+	 * unless our receive buffer is full of its pre-switch data: then they
+	 * come as that is read (below), else we let go of its locks and come
+	 * back */
 	if (end > dsock_mono_ns() + PEER_HOLD_NS)
 		end = dsock_mono_ns() + PEER_HOLD_NS;
 	if (kr >= sw && (r = arrived(c, fd, k, end)))

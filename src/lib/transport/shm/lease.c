@@ -29,20 +29,20 @@
  * consumer ends its lease, then looks at the tail: a full fence on each
  * side between the store and the load (Dekker), or each may miss the
  * other's store and the consumer sleeps with data in its ring.  The
- * producer's fence was 92 % of a 14 B send's samples once the tail load
- * was gone (it waits for the tail's line, which the polling consumer
- * keeps taking).  A consumer that has read the ring SKIP_AFTER_READS
- * times since it last ended a lease streams: its leases carry bit 0, and
- * it makes every producer's stores visible with
- * membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) after ending one and before
- * it looks at the ring, so the producer needs no fence while such a lease
- * lasts.  The barrier costs 27 us here while the producer runs (0.13 us
- * when it does not), at most once per 10,000 reads (a sleep that ends many
- * leases makes one): under 3 ns a read.  (A rule on time instead, a lease
- * skippable 10 ms after the last end, made a consumer that sleeps every
- * 10 ms pay it at every sleep; sockperf's receiver ends a lease every
- * 1-100 ms while streaming, as it loses its CPU now and then.)  Both must
- * be registered for it (shm_membarrier_ok). */
+ * producer's fence is most of a small send's cost (it waits for the
+ * tail's line, which the polling consumer keeps taking).  A consumer that
+ * has read the ring SKIP_AFTER_READS times since it last ended a lease
+ * streams: its leases carry bit 0, and it makes every producer's stores
+ * visible with membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) after ending
+ * one and before it looks at the ring, so the producer needs no fence
+ * while such a lease lasts.  The barrier is costly while the producer runs
+ * (an interrupt to its CPU) and cheap when it does not; it comes at most
+ * once per SKIP_AFTER_READS reads (a sleep that ends many leases makes
+ * one).  (A rule on time instead, a lease skippable some milliseconds
+ * after the last end, would make a consumer that sleeps that often pay
+ * the barrier at every sleep, and a streaming receiver that loses its CPU
+ * now and then ends a lease every few milliseconds.)  Both must be
+ * registered for it (shm_membarrier_ok). */
 int shm_membarrier_ok;
 #define SKIP_AFTER_READS 10000u
 
@@ -171,8 +171,7 @@ int shm_rx_leave(struct shm_conn *c, int fd)
 		 * that serves many connections comes back to each later than
 		 * 50 us); at most 50 us when more threads are runnable than
 		 * there are cores: a consumer that lost its core is better woken
-		 * by a token (3 ping-pong pairs on 2 cores: p99 27 -> 61 us with
-		 * a 1 ms lease) */
+		 * by a token (a long lease there hurts the tail latency) */
 		int64_t lease = shm_lease_ns;
 		if (lease > SHORT_LEASE_NS && dsock_spin_seen_contention(now))
 			lease = SHORT_LEASE_NS;
@@ -262,9 +261,9 @@ void shm_count_ring_use(struct shm_conn *c)
 }
 
 /* A spinning receiver's wait for the next look: watches the tail (and the
- * token flag) alone, so that data is seen within a pause (~11 ns here) of
- * its arrival, not a whole look later (two clock reads and a dozen shared
- * words: a ping-pong message waited half of such a round on average).
+ * token flag) alone, so that data is seen within a pause of its arrival,
+ * not a whole look later (two clock reads and a dozen shared words: a
+ * ping-pong message would wait half of such a round on average).
  * Before the peer's switch its data comes by the kernel: a plain pause. */
 void shm_spin_watch(struct shm_conn *c, uint64_t head)
 {

@@ -99,11 +99,11 @@ void shm_unlock(uint32_t *w)
 }
 
 /* ---- the producer lock, biased to its one sender ----------------------------
- * A send took the tx lock with a compare-and-swap, and that locked
- * instruction waited for the previous send's tail store to leave the store
- * buffer: the polling consumer holds the tail's line, so each send paid a
- * cache-line transfer there (perf: most of a streaming sender's time).  A
- * connection usually has one sending thread, so the word is biased to it:
+ * A compare-and-swap on the tx lock, a locked instruction, waits for the
+ * previous send's tail store to leave the store buffer: the polling
+ * consumer holds the tail's line, so each send would pay a cache-line
+ * transfer there, most of a streaming sender's time.  A connection
+ * usually has one sending thread, so the word is biased to it:
  * released as DSOCK_LOCK_BIAS | tid, after which that thread enters by
  * storing bias_busy and seeing the word unchanged, with no locked
  * instruction and no fence.  Anyone else (another thread, a fork child, the
@@ -112,7 +112,7 @@ void shm_unlock(uint32_t *w)
  * bias_busy to clear.  After the barrier the owner's bias_busy store is
  * visible to us, or our word is visible to its check, so one of us always
  * waits.  A revoked ring is never biased again (bias_off): a connection
- * with two senders pays one barrier (about 27 us here), not one per
+ * with two senders pays one barrier (tens of microseconds), not one per
  * change of hands.  Only a process registered for the barrier (it must
  * reach us) takes a bias, and only while it is (an exec'd image with our
  * tid that could not register revokes its own). */

@@ -171,14 +171,14 @@ int shm_spurious_in(struct dsock_sock *s, int fd)
 	}
 	if (c && c->state == SC_ATTACHED && !__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) &&
 	    !shm_lock(&c->rx->rx_lock)) {
-		/* A side that only writes (nginx sending a file) never receives,
-		 * so its receive side never learned that the peer switched: the
-		 * peer's space tokens then piled up unread (148 in one stall), its
-		 * delayed ACKs let the peer's 1-byte tokens fill the congestion
-		 * window, and the next space token waited in the peer's send
-		 * queue for a 40 ms ACK: a 64 MiB download from nginx took 0.8 s
-		 * instead of 0.1.  Once the kernel holds no more of the peer's
-		 * data, every byte there is a token. */
+		/* A side that only writes (nginx sending a file) never
+		 * receives, so its receive side never learns that the peer
+		 * switched: the peer's space tokens would pile up unread, its
+		 * delayed ACKs let the peer's 1-byte tokens fill the
+		 * congestion window, and the next space token would wait in
+		 * the peer's send queue for a 40 ms ACK.  Once the kernel
+		 * holds no more of the peer's data, every byte there is a
+		 * token. */
 		shm_rx_switch_if_read(c);
 		shm_unlock(&c->rx->rx_lock);
 	}

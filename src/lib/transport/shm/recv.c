@@ -257,8 +257,8 @@ again:
 			fd = atomic_load(&c->kfd);
 		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
 			/* the ring is closed for good: what it held comes by the
-			 * kernel (the rest of a MSG_WAITALL too: a short count here
-			 * was tcp4/msg_waitall's "recv waitall 3000 = 2000") */
+			 * kernel (the rest of a MSG_WAITALL too: it must not
+			 * return a short count here) */
 			if (got && !waitall)
 				break;
 			shm_hot(c, 0);
@@ -344,9 +344,9 @@ again:
 		 * kernel when a token is there, when the peer says it is closing,
 		 * at once for a nonblocking call (it returns now), else every
 		 * 20 us while spinning: not on the way into every wait (a
-		 * system call there cost each ping-pong round trip ~0.1-0.3 us
-		 * here); a peer that dies without closing is seen within 20 us,
-		 * or by the kernel sleep below */
+		 * system call there would lengthen every ping-pong round
+		 * trip); a peer that dies without closing is seen within
+		 * 20 us, or by the kernel sleep below */
 		int64_t t_now = dsock_mono_ns();
 		if (nb < 0)
 			nb = shm_nonblocking(s, fd, flags);
@@ -410,9 +410,9 @@ again:
 			spin_end = t_now + budget;
 		}
 		if (t_now < spin_end) {
-			/* a few microseconds of pure spinning, then yield on every
-			 * round: with more runnable threads than cores (2 here) the
-			 * peer we wait for may need this very core */
+			/* a few microseconds of pure spinning, then yield on
+			 * every round: with more runnable threads than cores
+			 * the peer we wait for may need this very core */
 			if (t_now - spin_start >= SPIN_PURE_NS ||
 			    __atomic_load_n(&c->peer->cpu, __ATOMIC_RELAXED) == (uint32_t)sched_getcpu() + 1) {
 				/* (at once when the peer shares our CPU); a yield that
@@ -488,9 +488,9 @@ again:
 		 * read the kernel shows nothing.  End the lease, then look (seq_cst
 		 * both sides: it publishes switch_off before any ring byte and
 		 * looks at our lease after each): switched and its kernel bytes
-		 * all read means the ring is ours, to settle as usual.  (The
-		 * soak's stall: the server had read exactly up to the client's
-		 * switch offset and 33,485 bytes sat in its ring unseen.) */
+		 * all read means the ring is ours, to settle as usual (else
+		 * a receiver that read exactly up to the peer's switch offset
+		 * leaves the ring's data unseen by every poller). */
 		shm_hot(c, 0);
 		shm_rx_switch_if_read(c);
 	}

@@ -95,8 +95,8 @@ static inline uint64_t writer_id(const struct shm_conn *c)
  * spares a cache line that the consumer writes on every read.  (A stale
  * head only understates the space.)  And the tail is our own copy when
  * we stored it last: loading it back from its line, which the polling
- * consumer keeps taking, stalled a 14 B send for about a third of its
- * time (sockperf throughput 14 B 6.4-6.8 M -> 7.8-9.2 M msg/s).  Another
+ * consumer keeps taking, would stall a small send for a large part of its
+ * time.  Another
  * holder (a thread shares this copy; a fork child, an exec'd program or
  * a second adoption has its own) stores its id with the tail it stores. */
 static inline int64_t tx_space_for(struct shm_conn *c, uint64_t *tail, size_t want)

@@ -32,7 +32,7 @@ int shm_nonblocking(struct dsock_sock *s, int fd, int flags)
 	 * read at adoption), while no other process holds or held the socket;
 	 * otherwise another process may have set it on the file we share: the
 	 * kernel's file flags are the truth.  (A system call on the way to
-	 * every blocking wait cost a ping-pong round trip ~0.1 us here.) */
+	 * every blocking wait would lengthen every ping-pong round trip.) */
 	if (!shm_shared(shm_conn(s)))
 		return (atomic_load_explicit(&s->flags, memory_order_relaxed) & DSOCK_SF_NONBLOCK) != 0;
 	return (dsock_real.fcntl(fd, F_GETFL) & O_NONBLOCK) != 0;
@@ -120,7 +120,7 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 /* A call holds a reference on the socket (the fd table's own is the
  * other): the close sees it and makes the private dup that the call then
  * uses (shm_before_close; a receive picks it up in its loop).  No counter
- * of our own: it cost two more locked instructions per call. */
+ * of our own: it would cost two more locked instructions per call. */
 ssize_t shm_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
 {
 	struct shm_conn *c = shm_conn(s);
@@ -285,7 +285,7 @@ again:
 				}
 				/* (the ring is full: is its consumer still there?
 				 * Without this a writer whose peer ended with _exit
-				 * waited forever: the soak's stuck helper) */
+				 * would wait forever) */
 				if (!done)
 					err = consumer_gone(c, fd, 1) ? peer_closed_probe(fd, flags) ?: -EPIPE
 								      : -EAGAIN;

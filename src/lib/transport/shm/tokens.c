@@ -34,7 +34,7 @@
  * a sequence number: the counter includes it once sent, the queue does not.
  * (The receive side counts for itself, side.kread: once the socket is
  * closed, the kernel's counter cannot say whether the peer's FIN is in it,
- * and one byte of data was lost that way.) */
+ * and a count off by that one byte loses a byte of data.) */
 int64_t shm_kernel_sent(int fd)
 {
 	for (int i = 0; i < 1000; i++) {
@@ -95,8 +95,8 @@ void shm_ring_doorbell(struct shm_conn *c, int fd)
 }
 
 /* Consumers asleep at nearly every message.  Then each message costs a
- * token (a kernel send) and its drain on top of the ring, the wake-up
- * (~35 us here) dominates anyway, and the spin before each sleep takes CPU
+ * token (a kernel send) and its drain on top of the ring, the cross-core
+ * wake-up dominates anyway, and the spin before each sleep takes CPU
  * that the other processes of a pipeline wait for: the kernel alone is
  * cheaper.  The consumer tells (note_read, rx lock held): a small read
  * (under ASLEEP_SMALL) that is this thread's first ring read since one of
@@ -106,8 +106,8 @@ void shm_ring_doorbell(struct shm_conn *c, int fd)
  * nothing (there the wake-up is a small part of the cost).  The producer
  * cannot tell: an epoll loop polling 100 rings lets each ring's lease run
  * out, and every message to it takes a token, as for a consumer asleep
- * (a producer-side rule sent bench/conns.c's 100 connections from 376 k
- * to 114 k round trips/s); that loop never sleeps.
+ * (a producer-side rule would send such connections back to the kernel,
+ * several times slower); that loop never sleeps.
  *
  * The score is the service's (shm_asleep_score, per port we connected to
  * or accepted on), not the connection's: a server's many connections, and
@@ -160,9 +160,9 @@ void shm_note_read(struct shm_conn *c, size_t n)
 	if (seen_sleep_gen == dsock_sleep_gen) {
 		/* added now and then, not only at the next sleep: a service's
 		 * many connections would each hold theirs back while the ones
-		 * that slept add up (bench/conns.c, 100 connections: 675 of the
-		 * server's first 900 reads came after a sleep, next to none of
-		 * the following million; the early ones alone reached 1,024) */
+		 * that slept add up (a server's first reads on many new
+		 * connections follow a sleep, and those alone could reach the
+		 * threshold) */
 		if ((c->asleep_delta -= 8) <= -ASLEEP_FLUSH)
 			shm_asleep_flush(c);
 		return;
@@ -252,13 +252,12 @@ void shm_space_freed(struct shm_conn *c, int fd)
 			return;
 		/* a token on our kernel stream is only a token once our own
 		 * sending has switched; switch it now if need be, also when a
-		 * side asks to go back (switch_tx_locked's "stay there"): else
-		 * the poller waits for a token that never comes (the soak's
-		 * stall: a fork helper's echo in poll for POLLIN alone, its
-		 * ring empty, our sending unswitched and asked back to the
-		 * kernel).  Refused only with our own bytes unsent in the
-		 * kernel (they wake the peer's poll) or after our FIN (so does
-		 * the FIN) */
+		 * side asks to go back (switch_tx_locked's "stay there"):
+		 * else the poller waits for a token that never comes (one in
+		 * poll for POLLIN alone, its ring empty, our sending
+		 * unswitched and asked back to the kernel).  Refused only
+		 * with our own bytes unsent in the kernel (they wake the
+		 * peer's poll) or after our FIN (so does the FIN) */
 		if (__atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE) {
 			if (shm_tx_lock(c))
 				return;
@@ -278,7 +277,7 @@ void shm_space_freed(struct shm_conn *c, int fd)
 /* Reads and discards tokens (rx lock held), counting them in side.kread:
  * a downgrade (down.c) names the kernel byte where plain data resumes,
  * and no drain reads past it.  to_end: until the kernel says EAGAIN or
- * EOF; else it stops at a short read (one system call where two were, on
+ * EOF; else it stops at a short read (one system call instead of two, on
  * every leave of an event loop's receive).  Returns 0, 1 on kernel EOF,
  * or -errno. */
 int shm_drain_tokens(struct shm_conn *c, int fd, int to_end)
