@@ -162,6 +162,10 @@ void shm_adopt(void);
  * process that ends with _exit or a signal cannot: see ARCHITECTURE.md). */
 void shm_exit(void);
 
+/* conn.c, for init.c: the daemon's answer to an offer (memfd: -1 unless
+ * paired; the handler owns it). */
+struct dsock_msg_result;
+void shm_on_result(const struct dsock_msg_result *r, int memfd);
 /* conn.c, for exec.c: a new connection state for s (NULL: no memory); its
  * rings mapped from memfd (0 or -errno: the memory broke its rules); it
  * counts as carried (dsock_fastpath_conns) and as held (a fork counts its
