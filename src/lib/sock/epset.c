@@ -167,53 +167,6 @@ static void drop(struct member *m)
 	free(m);
 }
 
-/* ---- hidden-readable sockets ---------------------------------------------- */
-static pthread_mutex_t hid_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct dsock_sock **hid;
-static size_t nhid, hid_cap;
-
-void dsock_hidden_set(struct dsock_sock *s, int *flag, int on)
-{
-	/* an exchange: two threads setting it at once count it once (the
-	 * process-wide count must return to 0, or every poll stops sleeping) */
-	if (__atomic_load_n(flag, __ATOMIC_RELAXED) == on)
-		return;
-	if (__atomic_exchange_n(flag, on, __ATOMIC_ACQ_REL) == on)
-		return;
-	pthread_mutex_lock(&hid_mu);
-	if (on) {
-		if (!dsock_grow(&hid, &hid_cap, nhid, sizeof(*hid), 64))
-			hid[nhid++] = s;
-	} else {
-		for (size_t i = 0; i < nhid; i++)
-			if (hid[i] == s) {
-				hid[i] = hid[--nhid];
-				break;
-			}
-	}
-	pthread_mutex_unlock(&hid_mu);
-	atomic_fetch_add(&dsock_hidden_readable, on ? 1 : -1);
-}
-
-/* 1 if s's data is readable but the kernel may not say so.  For an
- * edge-triggered member (*mark not NULL) only once per arrival: *mark is
- * the arrival count last reported. */
-static int sock_hidden(struct dsock_sock *s, uint64_t *mark)
-{
-	const struct dsock_transport *tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
-	int r;
-
-	if (!tp || !tp->hidden_readable)
-		return 0;
-	r = tp->hidden_readable(s);
-	if (r && mark && tp->rx_mark) {
-		uint64_t now = tp->rx_mark(s);
-		r = now != *mark;
-		*mark = now;
-	}
-	return r;
-}
-
 /* 1 if the non-socket fd is an epoll set (a member of another one, or
  * polled: hidden data inside it counts as its readiness).  A readlink per
  * registration of a non-socket fd, never on a data path. */
@@ -508,48 +461,58 @@ static int emit(struct member *m, struct epoll_event *out)
 
 /* Members of set epfd whose socket is hidden readable, as events (mu
  * held): the hidden-readable sockets are few, and each names its members. */
+struct hidden_walk {
+	int epfd, max, n;
+	struct epoll_event *out;
+};
+
+static int emit_members(struct dsock_sock *s, void *arg)
+{
+	struct hidden_walk *w = arg;
+
+	for (struct member *m = heads[BY_SOCK][h_sock(s)]; m && w->n < w->max; m = m->next[BY_SOCK]) {
+		if (m->sock != s || m->epfd != w->epfd || m->disarmed || !(m->events & EPOLLIN))
+			continue;
+		/* the socket must still be the one at that fd */
+		if (dsock_fdt_peek(m->fd) != s ||
+		    !dsock_hidden_sock(s, (m->events & EPOLLET) ? &m->mark : NULL))
+			continue;
+		w->n += emit(m, &w->out[w->n]);
+	}
+	return w->n >= w->max;
+}
+
 static int hidden_in_set(int epfd, struct epoll_event *out, int max)
 {
-	int n = 0;
+	struct hidden_walk w = { .epfd = epfd, .max = max, .out = out };
 
-	pthread_mutex_lock(&hid_mu);
-	for (size_t i = 0; i < nhid && n < max; i++) {
-		struct dsock_sock *s = hid[i];
-		for (struct member *m = heads[BY_SOCK][h_sock(s)]; m && n < max; m = m->next[BY_SOCK]) {
-			if (m->sock != s || m->epfd != epfd || m->disarmed || !(m->events & EPOLLIN))
-				continue;
-			/* the socket must still be the one at that fd */
-			if (dsock_fdt_peek(m->fd) != s ||
-			    !sock_hidden(s, (m->events & EPOLLET) ? &m->mark : NULL))
-				continue;
-			n += emit(m, &out[n]);
-		}
-	}
-	pthread_mutex_unlock(&hid_mu);
-	return n;
+	if (max > 0)
+		dsock_hidden_each(emit_members, &w);
+	return w.n;
 }
 
 /* 1 if set epfd has a member whose socket is hidden readable and that
  * epoll_wait on it would report (mu held): a look that changes nothing (an
  * edge-triggered member's arrival stays unreported, a one-shot stays
  * armed), for a poller of the set itself. */
+static int member_reportable(struct dsock_sock *s, void *arg)
+{
+	int epfd = *(int *)arg;
+
+	for (struct member *m = heads[BY_SOCK][h_sock(s)]; m; m = m->next[BY_SOCK]) {
+		uint64_t mark = m->mark;
+		if (m->sock != s || m->epfd != epfd || m->disarmed || !(m->events & EPOLLIN) ||
+		    dsock_fdt_peek(m->fd) != s)
+			continue;
+		if (dsock_hidden_sock(s, (m->events & EPOLLET) ? &mark : NULL))
+			return 1;
+	}
+	return 0;
+}
+
 static int set_has_hidden(int epfd)
 {
-	int r = 0;
-
-	pthread_mutex_lock(&hid_mu);
-	for (size_t i = 0; i < nhid && !r; i++) {
-		struct dsock_sock *s = hid[i];
-		for (struct member *m = heads[BY_SOCK][h_sock(s)]; m && !r; m = m->next[BY_SOCK]) {
-			uint64_t mark = m->mark;
-			if (m->sock != s || m->epfd != epfd || m->disarmed || !(m->events & EPOLLIN) ||
-			    dsock_fdt_peek(m->fd) != s)
-				continue;
-			r = sock_hidden(s, (m->events & EPOLLET) ? &mark : NULL);
-		}
-	}
-	pthread_mutex_unlock(&hid_mu);
-	return r;
+	return dsock_hidden_each(member_reportable, &epfd);
 }
 
 /* The same, or one of the sets nested in it (one level) has such data. */
@@ -616,17 +579,17 @@ int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int *wants_ke
 void dsock_epset_fork_prepare(void)
 {
 	pthread_mutex_lock(&mu);
-	pthread_mutex_lock(&hid_mu);
+	dsock_hidden_fork(0);
 }
 
 void dsock_epset_fork_parent(void)
 {
-	pthread_mutex_unlock(&hid_mu);
+	dsock_hidden_fork(1);
 	pthread_mutex_unlock(&mu);
 }
 
 void dsock_epset_fork_child(void)
 {
-	pthread_mutex_init(&hid_mu, NULL);
+	dsock_hidden_fork(2);
 	pthread_mutex_init(&mu, NULL);
 }

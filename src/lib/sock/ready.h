@@ -40,6 +40,16 @@ static inline void dsock_wait_end(long long t0_ns)
 
 struct dsock_sock;
 void dsock_hidden_set(struct dsock_sock *s, int *flag, int on);
+/* 1 if s's data is readable but the kernel may not say so.  For an
+ * edge-triggered member (*mark not NULL) only once per arrival: *mark is
+ * the arrival count last reported. */
+int dsock_hidden_sock(struct dsock_sock *s, uint64_t *mark);
+/* Calls fn for each hidden-readable socket, under the list's lock (fn must
+ * not change the list), until fn returns non-zero; returns that. */
+int dsock_hidden_each(int (*fn)(struct dsock_sock *s, void *arg), void *arg);
+/* The list's lock around fork: 0 prepare (taken, after the epoll sets'),
+ * 1 parent (released), 2 child (made anew). */
+void dsock_hidden_fork(int phase);
 
 /* How long a poller or a receiver polls before it sleeps, in ns
  * (DSOCK_SPIN_US; default 50 us).  0: no spinning, which saves the CPU

@@ -1,0 +1,75 @@
+/* The hidden-readable sockets (ready.h): counted process-wide, so that
+ * pollers look closer only while there are some, and listed, so that
+ * epoll_wait reports the members that name them without looking at every
+ * member. */
+#include "lib/sock/ready.h"
+#include "lib/sock/sock.h"
+#include "lib/transport/transport.h"
+#include "lib/base/grow.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+static pthread_mutex_t hid_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct dsock_sock **hid;
+static size_t nhid, hid_cap;
+
+void dsock_hidden_set(struct dsock_sock *s, int *flag, int on)
+{
+	/* an exchange: two threads setting it at once count it once (the
+	 * process-wide count must return to 0, or every poll stops sleeping) */
+	if (__atomic_load_n(flag, __ATOMIC_RELAXED) == on)
+		return;
+	if (__atomic_exchange_n(flag, on, __ATOMIC_ACQ_REL) == on)
+		return;
+	pthread_mutex_lock(&hid_mu);
+	if (on) {
+		if (!dsock_grow(&hid, &hid_cap, nhid, sizeof(*hid), 64))
+			hid[nhid++] = s;
+	} else {
+		for (size_t i = 0; i < nhid; i++)
+			if (hid[i] == s) {
+				hid[i] = hid[--nhid];
+				break;
+			}
+	}
+	pthread_mutex_unlock(&hid_mu);
+	atomic_fetch_add(&dsock_hidden_readable, on ? 1 : -1);
+}
+
+int dsock_hidden_sock(struct dsock_sock *s, uint64_t *mark)
+{
+	const struct dsock_transport *tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
+	int r;
+
+	if (!tp || !tp->hidden_readable)
+		return 0;
+	r = tp->hidden_readable(s);
+	if (r && mark && tp->rx_mark) {
+		uint64_t now = tp->rx_mark(s);
+		r = now != *mark;
+		*mark = now;
+	}
+	return r;
+}
+
+int dsock_hidden_each(int (*fn)(struct dsock_sock *s, void *arg), void *arg)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&hid_mu);
+	for (size_t i = 0; i < nhid && !r; i++)
+		r = fn(hid[i], arg);
+	pthread_mutex_unlock(&hid_mu);
+	return r;
+}
+
+void dsock_hidden_fork(int phase)
+{
+	if (phase == 0)
+		pthread_mutex_lock(&hid_mu);
+	else if (phase == 1)
+		pthread_mutex_unlock(&hid_mu);
+	else
+		pthread_mutex_init(&hid_mu, NULL);
+}
