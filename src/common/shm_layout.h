@@ -102,7 +102,7 @@ struct dsock_shm_ring {
 	uint8_t pad1[DSOCK_CL - 12];
 	/* consumer's lease line: read by the producer on every send, so it
 	 * is rewritten only when the lease really changes */
-	uint64_t hot_until;   /* consumer polls until this CLOCK_MONOTONIC ns:
+	uint64_t lease_until;   /* consumer polls until this CLOCK_MONOTONIC ns:
 			       * no token needed before then */
 	uint8_t pad3[DSOCK_CL - 8];
 	/* shared line: set by the producer, cleared by the consumer */

@@ -138,7 +138,7 @@ static void switch_while_hot(int lfd, struct sockaddr_in *la)
 	/* b spins in a receive (a long lease, for determinism) when a switches */
 	struct timespec now;
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	__atomic_store_n(&k.h->ring[0].hot_until, (uint64_t)(now.tv_sec + 10) * 1000000000ull, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&k.h->ring[0].lease_until, (uint64_t)(now.tv_sec + 10) * 1000000000ull, __ATOMIC_SEQ_CST);
 	ASSERT_EQ(send(k.a, post, sizeof(post), 0), 50);
 	ASSERT_EQ(k.h->side[0].switch_off, 100); /* it switched after its 100 kernel bytes */
 	ASSERT_EQ(k.h->ring[0].token, 0);        /* and b was hot: no token */

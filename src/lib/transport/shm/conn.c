@@ -93,7 +93,7 @@ static void fast_uncount(struct shm_conn *c)
 		atomic_fetch_sub(&dsock_fastpath_conns, 1);
 }
 
-void shm_to_kernel(struct dsock_sock *s, unsigned reason)
+void shm_detach(struct dsock_sock *s, unsigned reason)
 {
 	struct shm_conn *c = shm_conn(s);
 
@@ -188,14 +188,14 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 		dsock_real.close(memfd);
 		DSOCK_WARN("unusable connection memory from the daemon (%s)", strerror(-r));
 		atomic_store(&c->attaching, 0);
-		shm_to_kernel(s, DSOCK_R_FAULT);
+		shm_detach(s, DSOCK_R_FAULT);
 		return;
 	}
 	if (c->refuse) {
 		__atomic_store_n(&c->me->attached, DSOCK_ATT_REFUSED, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(&c->mu);
 		atomic_store(&c->attaching, 0);
-		shm_to_kernel(s, (unsigned)c->refuse);
+		shm_detach(s, (unsigned)c->refuse);
 		return;
 	}
 	DSOCK_DBG("sock %llu attached as side %d, ring %u bytes", (unsigned long long)s->id, side, size);
@@ -252,7 +252,7 @@ void shm_on_result(const struct dsock_msg_result *r, int memfd)
 	if (r->result == DSOCK_RES_PAIRED) {
 		attach(c->sock, memfd, (int)r->side, r->ring_size);
 	} else {
-		shm_to_kernel(c->sock, r->reason);
+		shm_detach(c->sock, r->reason);
 	}
 	dsock_sock_put(c->sock);
 }
@@ -391,15 +391,15 @@ static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 		if (dsock_real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0 ||
 		    (ti.tcpi_state != TCP_ESTABLISHED && ti.tcpi_state != TCP_SYN_SENT &&
 		     ti.tcpi_state != TCP_SYN_RECV)) {
-			shm_to_kernel(s, DSOCK_R_NOT_ESTABLISHED);
+			shm_detach(s, DSOCK_R_NOT_ESTABLISHED);
 		} else if (ti.tcpi_state == TCP_ESTABLISHED && rcvlowat_set(fd)) {
-			shm_to_kernel(s, DSOCK_R_RCVLOWAT);
+			shm_detach(s, DSOCK_R_RCVLOWAT);
 		} else if (ti.tcpi_state == TCP_ESTABLISHED) {
 			s->state = DSOCK_ST_CONNECTED;
 			unlink_pending(c);
 			c->service = service_port(fd, c->role);
 			if (c->refuse || shm_calibrate(c, fd) || send_offer(s, fd, c->role, &reason))
-				shm_to_kernel(s, c->refuse ? (unsigned)c->refuse : DSOCK_R_NO_DAEMON);
+				shm_detach(s, c->refuse ? (unsigned)c->refuse : DSOCK_R_NO_DAEMON);
 		} /* else still connecting: a later call looks again */
 	}
 	atomic_store(&c->offering, 0);
@@ -420,7 +420,7 @@ int shm_progress(struct dsock_sock *s, int fd)
 		    dsock_mono_ns() / 1000000 - c->pending_since_ms > PENDING_GIVE_UP_MS) {
 			dsock_ctl_read_mail();
 			if (c->state == SC_PENDING)
-				shm_to_kernel(s, DSOCK_R_PEER_TIMEOUT);
+				shm_detach(s, DSOCK_R_PEER_TIMEOUT);
 		}
 	}
 	if (__atomic_load_n(&c->delayed_memfd, __ATOMIC_RELAXED) >= 0 &&
@@ -492,7 +492,7 @@ int shm_reset(struct dsock_sock *s, int fd, unsigned reason)
 		dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	}
 	dsock_real.shutdown(fd, SHUT_RDWR);
-	shm_to_kernel(s, reason);
+	shm_detach(s, reason);
 	return -ECONNRESET;
 }
 
@@ -507,7 +507,7 @@ int shm_disconnect(struct dsock_sock *s, int fd)
 	if (c && c->h)
 		__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
 	r = dsock_real.connect(fd, &sa, sizeof(sa)) < 0 ? -errno : 0;
-	shm_to_kernel(s, DSOCK_R_NOT_ESTABLISHED);
+	shm_detach(s, DSOCK_R_NOT_ESTABLISHED);
 	return r;
 }
 

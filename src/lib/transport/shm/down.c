@@ -259,7 +259,7 @@ int shm_down_step(struct dsock_sock *s, int fd)
 		dsock_hidden_set(c->sock, &c->unbacked, 0);
 		if (c->used_ring)
 			atomic_fetch_add(&shm_back_conns, 1);
-		shm_to_kernel(s, down_reason(c));
+		shm_detach(s, down_reason(c));
 	}
 	return 0;
 }

@@ -1,5 +1,5 @@
 /* Leases on the shm transport: a consumer that polls its ring tells the
- * producers they need not wake it (skippable, hot and lingering leases). */
+ * producers they need not wake it (leases, skippable and lingering). */
 #include "lib/transport/shm/ring.h"
 #include "lib/base/grow.h"
 #include "lib/base/proc.h"
@@ -62,13 +62,13 @@ static void producers_barrier(void)
 
 /* Ends our lease; 1 if it was skippable, so that producers_barrier() must
  * come before we look at the ring (the caller's: one for many). */
-static int hot_end(struct shm_conn *c)
+static int lease_end(struct shm_conn *c)
 {
-	int64_t cur = (int64_t)__atomic_load_n(&c->rx->hot_until, __ATOMIC_RELAXED);
+	int64_t cur = (int64_t)__atomic_load_n(&c->rx->lease_until, __ATOMIC_RELAXED);
 	int skippable = c->lease_skippable;
 
 	if (cur != 0) {
-		__atomic_store_n(&c->rx->hot_until, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&c->rx->lease_until, 0, __ATOMIC_RELAXED);
 		c->rx_reads = 0;
 	}
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -83,25 +83,25 @@ static int hot_end(struct shm_conn *c)
  * ring_doorbell, see "skippable leases").  INT64_MAX (closing: no more
  * tokens to us) is never skippable, though its bit 0 is set: a producer
  * that skips its fence for it skips only a token it would not send. */
-void shm_hot(struct shm_conn *c, int64_t until)
+void shm_lease(struct shm_conn *c, int64_t until)
 {
 	int64_t cur;
 
 	if (until == 0) {
 		/* a skippable lease, live or not: its producers' stores from
 		 * before they saw it end may not be visible yet */
-		if (hot_end(c))
+		if (lease_end(c))
 			producers_barrier();
 		return;
 	}
-	cur = (int64_t)__atomic_load_n(&c->rx->hot_until, __ATOMIC_RELAXED);
+	cur = (int64_t)__atomic_load_n(&c->rx->lease_until, __ATOMIC_RELAXED);
 	if (until != INT64_MAX) {
 		until &= ~(int64_t)1;
 		if (shm_membarrier_ok && c->rx_reads >= SKIP_AFTER_READS)
 			until |= 1;
 	}
 	if (until == INT64_MAX || cur < until - SPIN_NS / 2 || ((cur ^ until) & 1)) {
-		__atomic_store_n(&c->rx->hot_until, (uint64_t)until, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&c->rx->lease_until, (uint64_t)until, __ATOMIC_SEQ_CST);
 		if (until & 1 && until != INT64_MAX)
 			c->lease_skippable = 1;
 	}
@@ -132,7 +132,7 @@ int shm_rx_settle(struct shm_conn *c, int fd)
 	int64_t avail;
 	int k = 0, drained = 0;
 
-	shm_hot(c, 0);
+	shm_lease(c, 0);
 	avail = rx_avail(c, &head);
 	if (avail == 0 && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) && shm_tokens_flagged(c)) {
 		k = shm_clear_and_drain(c, fd, 0);
@@ -175,7 +175,7 @@ int shm_rx_leave(struct shm_conn *c, int fd)
 		int64_t lease = shm_lease_ns;
 		if (lease > SHORT_LEASE_NS && dsock_spin_seen_contention(now))
 			lease = SHORT_LEASE_NS;
-		shm_hot(c, now + lease);
+		shm_lease(c, now + lease);
 		/* tokens that came while we were away, for data now read: drain
 		 * them, or the kernel shows a readable socket with nothing to read
 		 * (to pollers we do not see, to a nested epoll, to close: RST) */
@@ -217,7 +217,7 @@ void shm_settle_lingering(void)
 		struct shm_conn *c = linger[i];
 		c->settling = shm_trylock(&c->rx->rx_lock);
 		if (c->settling)
-			barrier |= hot_end(c);
+			barrier |= lease_end(c);
 	}
 	if (barrier)
 		producers_barrier();

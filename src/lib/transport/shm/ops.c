@@ -91,7 +91,7 @@ void shm_closing(struct dsock_sock *s, int fd)
 		dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 		return;
 	}
-	shm_hot(c, INT64_MAX); /* no more tokens to us */
+	shm_lease(c, INT64_MAX); /* no more tokens to us */
 	if (__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE))
 		shm_drain_tokens(c, fd, 1);
 }

@@ -27,9 +27,9 @@ void shm_rx_switch_if_read(struct shm_conn *c)
 }
 
 /* Pre-switch kernel data for a receiver: at most up to the peer's switch
- * offset, so no token is ever taken for data.  The caller is hot (set
+ * offset, so no token is ever taken for data.  The caller holds a lease (set
  * before this reads switch_off: the peer sends tokens only after its switch
- * and only to a consumer that is not hot).  Returns bytes, 0 on kernel EOF,
+ * and only to a consumer without a lease).  Returns bytes, 0 on kernel EOF,
  * -EAGAIN when there is none (rx_switched may have become 1), -errno. */
 ssize_t shm_rx_kernel(struct shm_conn *c, int fd, struct msghdr *m, size_t off, size_t want, int flags)
 {
@@ -261,7 +261,7 @@ again:
 			 * return a short count here) */
 			if (got && !waitall)
 				break;
-			shm_hot(c, 0);
+			shm_lease(c, 0);
 			shm_unlock(&c->rx->rx_lock);
 			if (got)
 				return shm_recv_down_rest(s, fd, m, got, flags);
@@ -270,7 +270,7 @@ again:
 		/* the lease: before waiting (or reading the kernel), not for data
 		 * already there (rx_leave's lease follows the read anyway) */
 		if (leased || !__atomic_load_n(&c->me->rx_switched, __ATOMIC_RELAXED))
-			shm_hot(c, dsock_mono_ns() + SPIN_NS);
+			shm_lease(c, dsock_mono_ns() + SPIN_NS);
 		if (!peek_now && peek_ready(c, fd) >= total)
 			peek_now = 1;
 		if (peek_now && !kpeeked && !__atomic_load_n(&c->me->rx_switched, __ATOMIC_SEQ_CST)) {
@@ -389,7 +389,7 @@ again:
 			 * it sends the rest) */
 			if (got && !waitall)
 				break;
-			shm_hot(c, 0);
+			shm_lease(c, 0);
 			shm_unlock(&c->rx->rx_lock);
 			if (!got)
 				goto again;
@@ -483,7 +483,7 @@ again:
 		 * ring is dry): look again */
 	}
 	if (c->state == SC_ATTACHED && !__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
-		/* The peer may have switched while we were hot: its first ring
+		/* The peer may have switched while we held a lease: its first ring
 		 * bytes then came with no token, and once its last kernel byte is
 		 * read the kernel shows nothing.  End the lease, then look (seq_cst
 		 * both sides: it publishes switch_off before any ring byte and
@@ -491,7 +491,7 @@ again:
 		 * all read means the ring is ours, to settle as usual (else
 		 * a receiver that read exactly up to the peer's switch offset
 		 * leaves the ring's data unseen by every poller). */
-		shm_hot(c, 0);
+		shm_lease(c, 0);
 		shm_rx_switch_if_read(c);
 	}
 	if (c->state == SC_ATTACHED && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
@@ -499,7 +499,7 @@ again:
 		if (k < 0 && !got && !eof && !err)
 			err = k;
 	} else {
-		shm_hot(c, 0);
+		shm_lease(c, 0);
 	}
 	shm_unlock(&c->rx->rx_lock);
 	if (got)

@@ -14,7 +14,7 @@
  * After the switch every byte on the kernel socket is a wake-up token: the
  * kernel socket is the doorbell, so readiness stays native for any poller,
  * and a dead peer shows up as FIN or RST.  A producer sends a token only if
- * the consumer is not polling (hot_until lease) and no token is
+ * the consumer is not polling (lease_until lease) and no token is
  * outstanding. */
 #ifndef DSOCK_SHM_H
 #define DSOCK_SHM_H
@@ -132,7 +132,7 @@ int shm_offer(struct dsock_sock *s, int fd, int role, void **priv, unsigned *rea
 int shm_progress(struct dsock_sock *s, int fd);
 void shm_release(struct dsock_sock *s);
 /* Leaves the transport for good: the kernel carries the data. */
-void shm_to_kernel(struct dsock_sock *s, unsigned reason);
+void shm_detach(struct dsock_sock *s, unsigned reason);
 int shm_active(const struct shm_conn *c);
 /* This process lets go of c (close, exit): 1 if it was the last holder. */
 int shm_let_go(struct shm_conn *c);
@@ -370,7 +370,7 @@ int shm_spurious_down(struct shm_conn *c, int fd);
 /* Sets our lease as consumer until `until` (CLOCK_MONOTONIC ns); 0 ends
  * it (then a full fence, and a membarrier if it was skippable, before the
  * caller looks at the ring). */
-void shm_hot(struct shm_conn *c, int64_t until);
+void shm_lease(struct shm_conn *c, int64_t until);
 /* Leaving the consumer side: keeps the kernel's readiness honest (a token
  * backs every non-empty ring, or the data is marked hidden).  1 on kernel
  * EOF, -errno on a kernel error, else 0. */
@@ -399,7 +399,7 @@ int shm_take_err(struct shm_conn *c);
  * read: the ring is ours to read from now on (rx lock held). */
 void shm_rx_switch_if_read(struct shm_conn *c);
 
-/* Lingering leases (lease.c).  A receiver leaves its connection "hot" for a
+/* Lingering leases (lease.c).  A receiver keeps its lease on a connection for a
  * moment after a recv, so a producer sending meanwhile skips the wake-up
  * token (a system call on each side).  The price: our own pollers must look
  * at those rings, and before any of our threads sleeps in the kernel the

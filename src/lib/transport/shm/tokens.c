@@ -81,15 +81,15 @@ static void send_token(struct shm_conn *c, int fd)
  * costs nothing, a sleeping one about what a kernel send would. */
 void shm_ring_doorbell(struct shm_conn *c, int fd)
 {
-	int64_t hu = (int64_t)__atomic_load_n(&c->tx->hot_until, __ATOMIC_RELAXED);
+	int64_t hu = (int64_t)__atomic_load_n(&c->tx->lease_until, __ATOMIC_RELAXED);
 
 	/* a skippable lease (above): no fence, and the coarse clock (a lease
 	 * that ended unseen, its consumer gone to a poller we do not see, is
 	 * noticed up to a tick late: its next token comes that much later) */
 	if ((hu & 1) && shm_membarrier_ok && hu > dsock_coarse_ns())
 		return;
-	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* orders tail before hot_until */
-	if ((int64_t)__atomic_load_n(&c->tx->hot_until, __ATOMIC_RELAXED) > dsock_mono_ns())
+	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* orders tail before lease_until */
+	if ((int64_t)__atomic_load_n(&c->tx->lease_until, __ATOMIC_RELAXED) > dsock_mono_ns())
 		return;
 	send_token(c, fd);
 }
