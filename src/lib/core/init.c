@@ -119,6 +119,7 @@ __attribute__((constructor)) static void dsock_init(void)
 		dsock_sock_scan_inherited();
 		dsock_transports_adopt();
 	}
+	dsock_ctl_set_replay(dsock_sock_replay);
 	dsock_ctl_start();
 	DSOCK_DBG("loaded into %s (%s)", dsock_proc.prog,
 		  dsock_proc.enabled ? "enabled" : "disabled");

@@ -3,8 +3,6 @@
 #include "lib/base/guard.h"
 #include "lib/base/proc.h"
 #include "lib/base/real.h"
-#include "lib/sock/sock.h"
-#include "lib/transport/transport.h"
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/fdpass.h"
@@ -47,7 +45,14 @@ static void ctl_unlock(void)
 }
 
 static int ctl_connect_locked(unsigned flags, int ppid);
-static void replay_one(int fd, struct dsock_sock *unused, void *arg);
+/* The socket layer's replay (dsock_ctl_set_replay), or NULL. */
+static void (*replay)(int listeners_only);
+
+static void replay_all_locked(int listeners_only)
+{
+	if (replay)
+		replay(listeners_only);
+}
 
 static int ctl_send_fd_locked(uint16_t type, const void *payload, size_t len, int pass_fd);
 
@@ -75,7 +80,7 @@ static void ctl_send_locked(uint16_t type, const void *payload, size_t len, int 
 	if (r == -EAGAIN)
 		atomic_fetch_add(&ctl_dropped, 1);
 	else if (r == -ENOTCONN && may_reconnect && ctl_connect_locked(0, 0) == 0) {
-		dsock_fdt_walk(replay_one, NULL);
+		replay_all_locked(0);
 		ctl_send_locked(type, payload, len, 0);
 	}
 }
@@ -217,87 +222,16 @@ static int ctl_send_fd_locked(uint16_t type, const void *payload, size_t len, in
 	return -ENOTCONN;
 }
 
-/* known: the address at hand, else asked of the kernel. */
-static void fill_addr(struct dsock_addr *out, int fd, int peer, const struct sockaddr *known)
+/* Sends one socket event (locked): listeners (offers look for them) and
+ * sockets a transport carries (their close frees the transport's
+ * resources in the daemon) at once, the rest through the event ring.  1 if
+ * the daemon is there to hear it. */
+int dsock_ctl_event_locked(const struct dsock_msg_sock_event *m, int may_reconnect)
 {
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	const struct sockaddr *a = known ? known : (const struct sockaddr *)&ss;
-
-	memset(out, 0, sizeof(*out));
-	if (!known && (peer ? dsock_real.getpeername(fd, (struct sockaddr *)&ss, &len)
-			    : dsock_real.getsockname(fd, (struct sockaddr *)&ss, &len)) < 0)
-		return;
-	if (a->sa_family == AF_INET) {
-		const struct sockaddr_in *in = (const void *)a;
-		out->family = AF_INET;
-		out->port = ntohs(in->sin_port);
-		out->addr[10] = out->addr[11] = 0xff;
-		memcpy(out->addr + 12, &in->sin_addr, 4);
-	} else if (a->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *in6 = (const void *)a;
-		out->family = AF_INET6;
-		out->port = ntohs(in6->sin6_port);
-		memcpy(out->addr, &in6->sin6_addr, 16);
-	}
-}
-
-static void send_event_locked(struct dsock_sock *s, int fd, unsigned ev, int may_reconnect,
-			      const struct sockaddr *local, const struct sockaddr *peer)
-{
-	struct dsock_msg_sock_event m;
-
-	memset(&m, 0, sizeof(m));
-	m.event = ev;
-	m.fd = fd;
-	m.sock_id = s->id;
-	m.domain = (uint16_t)s->domain;
-	m.type = (uint16_t)s->type;
-	m.state = s->state;
-	const struct dsock_transport *tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
-	m.path = (uint16_t)(tp && s->reason == DSOCK_R_NONE ? tp->id : DSOCK_PATH_KERNEL);
-	m.reason = s->reason;
-	if (ev != DSOCK_EV_CLOSE && fd >= 0) {
-		fill_addr(&m.local, fd, 0, local);
-		if (s->state >= DSOCK_ST_CONNECTING)
-			fill_addr(&m.peer, fd, 1, peer);
-	}
-	/* listeners (offers look for them) and fast-path sockets (their
-	 * close frees the connection's memory in the daemon) at once; the
-	 * rest through the event ring */
-	if (ev == DSOCK_EV_OPEN || m.path != DSOCK_PATH_KERNEL || atomic_load(&ctl_fd) < 0 ||
-	    ring_put_locked(&m))
-		ctl_send_locked(DSOCK_MSG_SOCK_EVENT, &m, sizeof(m), may_reconnect);
-	if (atomic_load(&ctl_fd) >= 0 && ev != DSOCK_EV_CLOSE) {
-		s->ev = (uint16_t)ev;
-		atomic_fetch_or(&s->flags, DSOCK_SF_REPORTED);
-	}
-}
-
-static void replay_one(int fd, struct dsock_sock *unused, void *arg)
-{
-	/* after (re)connecting: tell the daemon what this process already holds */
-	struct dsock_sock *s = dsock_fdt_get(fd);
-
-	if (!s)
-		return;
-	if (s->ev)
-		send_event_locked(s, fd, s->ev, 0, NULL, NULL);
-	dsock_sock_put(s);
-}
-
-/* In a fork child: the parent may already be gone (a daemonizing server),
- * taking its listeners with it from the daemon's view; say which ones we
- * hold, so connections to them can still be paired. */
-static void replay_listener(int fd, struct dsock_sock *unused, void *arg)
-{
-	struct dsock_sock *s = dsock_fdt_get(fd);
-
-	if (!s)
-		return;
-	if (s->ev && s->state == DSOCK_ST_LISTENING)
-		send_event_locked(s, fd, s->ev, 0, NULL, NULL);
-	dsock_sock_put(s);
+	if (m->event == DSOCK_EV_OPEN || m->path != DSOCK_PATH_KERNEL || atomic_load(&ctl_fd) < 0 ||
+	    ring_put_locked(m))
+		ctl_send_locked(DSOCK_MSG_SOCK_EVENT, m, sizeof(*m), may_reconnect);
+	return atomic_load(&ctl_fd) >= 0;
 }
 
 static void ctl_reconnect_locked(void)
@@ -306,7 +240,7 @@ static void ctl_reconnect_locked(void)
 		return;
 	if (ctl_connect_locked(0, 0) == 0) {
 		DSOCK_INFO("connected to the daemon");
-		dsock_fdt_walk(replay_one, NULL);
+		replay_all_locked(0);
 	}
 }
 
@@ -315,7 +249,7 @@ void dsock_ctl_start(void)
 	DSOCK_GUARD_ENTER();
 	if (ctl_trylock()) {
 		ctl_connect_locked(0, 0);
-		dsock_fdt_walk(replay_one, NULL);
+		replay_all_locked(0);
 		ctl_unlock();
 	}
 	DSOCK_GUARD_EXIT();
@@ -333,20 +267,21 @@ void dsock_ctl_fork_child(int ppid)
 	drop_mail_page();
 	if (ctl_trylock()) {
 		if (ctl_connect_locked(DSOCK_HELLO_FORKED, ppid) == 0)
-			dsock_fdt_walk(replay_listener, NULL);
+			replay_all_locked(1);
 		ctl_unlock();
 	}
 	DSOCK_GUARD_EXIT();
 }
 
-void dsock_ctl_sock_event(struct dsock_sock *s, int fd, unsigned ev)
+void dsock_ctl_set_replay(void (*fn)(int listeners_only))
 {
-	dsock_ctl_sock_event_at(s, fd, ev, NULL, NULL);
+	replay = fn;
 }
 
-void dsock_ctl_sock_event_at(struct dsock_sock *s, int fd, unsigned ev,
-			     const struct sockaddr *local, const struct sockaddr *peer)
+int dsock_ctl_event(const struct dsock_msg_sock_event *m)
 {
+	int r = -EAGAIN;
+
 	DSOCK_GUARD_ENTER();
 	if (ctl_trylock()) {
 		if (mail && __atomic_load_n(&mail->closed, __ATOMIC_ACQUIRE)) {
@@ -356,7 +291,7 @@ void dsock_ctl_sock_event_at(struct dsock_sock *s, int fd, unsigned ev,
 			drop_mail_page();
 		}
 		ctl_reconnect_locked();
-		send_event_locked(s, fd, ev, 1, local, peer);
+		r = dsock_ctl_event_locked(m, 1);
 		ctl_unlock();
 	} else {
 		/* another thread (or a signal handler interrupting us) is
@@ -364,11 +299,12 @@ void dsock_ctl_sock_event_at(struct dsock_sock *s, int fd, unsigned ev,
 		atomic_fetch_add(&ctl_dropped, 1);
 	}
 	DSOCK_GUARD_EXIT();
+	return r;
 }
 
-int dsock_ctl_offer(struct dsock_sock *s, int fd, unsigned role, unsigned transport, unsigned proof)
+int dsock_ctl_offer(uint64_t sock_id, int fd, unsigned role, unsigned transport, unsigned proof)
 {
-	struct dsock_msg_offer m = { .sock_id = s->id, .role = role, .transport = (uint16_t)transport,
+	struct dsock_msg_offer m = { .sock_id = sock_id, .role = role, .transport = (uint16_t)transport,
 				     .proof = (uint16_t)proof };
 	int r = -EAGAIN;
 
@@ -379,7 +315,7 @@ int dsock_ctl_offer(struct dsock_sock *s, int fd, unsigned role, unsigned transp
 			ctl_reconnect_locked();
 			r = ctl_send_fd_locked(DSOCK_MSG_OFFER, &m, sizeof(m), fd);
 			if (r == -ENOTCONN && ctl_connect_locked(0, 0) == 0) {
-				dsock_fdt_walk(replay_one, NULL);
+				replay_all_locked(0);
 				r = ctl_send_fd_locked(DSOCK_MSG_OFFER, &m, sizeof(m), fd);
 			}
 			ctl_unlock();
@@ -524,11 +460,6 @@ void dsock_ctl_read_mail(void)
 		ctl_unlock();
 	}
 	DSOCK_GUARD_EXIT();
-}
-
-void dsock_ctl_sock_closed(struct dsock_sock *s)
-{
-	dsock_ctl_sock_event(s, 0, DSOCK_EV_CLOSE);
 }
 
 int dsock_ctl_fd(void)

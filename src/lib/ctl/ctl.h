@@ -1,35 +1,40 @@
-/* The library's side of the control protocol: registration with dsockd and
- * socket events.  Never blocks the application: the socket is nonblocking,
- * an event that does not fit is dropped and counted, and an absent daemon is
- * retried at most once a second. */
+/* The library's side of the control protocol: registration with dsockd,
+ * socket events, offers and their results.  Never blocks the application:
+ * the socket is nonblocking, an event that does not fit is dropped and
+ * counted, and an absent daemon is retried at most once a second.  It
+ * knows messages, not the socket layer's objects: the socket layer fills
+ * the events (sock/report.c) and replays what the process holds when a
+ * daemon is (re)connected. */
 #ifndef DSOCK_CTL_H
 #define DSOCK_CTL_H
 
-struct dsock_sock;
+#include "common/proto.h"
+
+#include <stdint.h>
 
 void dsock_ctl_start(void);
 /* In a fork child: leave the parent's connection, register as a child. */
 void dsock_ctl_fork_child(int ppid);
-/* s changed state (ev: enum dsock_sock_event); fd is one of its fds. */
-void dsock_ctl_sock_event(struct dsock_sock *s, int fd, unsigned ev);
-/* The same with the socket's addresses already at hand (NULL: unknown),
- * which saves two system calls per connection. */
-struct sockaddr;
-void dsock_ctl_sock_event_at(struct dsock_sock *s, int fd, unsigned ev,
-			     const struct sockaddr *local, const struct sockaddr *peer);
-void dsock_ctl_sock_closed(struct dsock_sock *s);
+/* Sends a socket event: 1 if the daemon is there to hear it, 0 if not,
+ * -EAGAIN when another thread held the connection (the event is dropped
+ * and counted). */
+int dsock_ctl_event(const struct dsock_msg_sock_event *m);
+/* The same from the replay function only (the connection is held). */
+int dsock_ctl_event_locked(const struct dsock_msg_sock_event *m, int may_reconnect);
+/* fn tells a newly (re)connected daemon what the process holds, through
+ * dsock_ctl_event_locked (listeners_only: a fork child's listeners). */
+void dsock_ctl_set_replay(void (*fn)(int listeners_only));
 /* The application is about to close or overwrite fds in [first, last]: if
  * the control socket is among them, dsock lets go of it first. */
 void dsock_ctl_fd_lost(unsigned first, unsigned last);
 /* Cheap test used before dsock_ctl_fd_lost on every close. */
 int dsock_ctl_fd(void);
 
-/* Sends an OFFER for s with its kernel socket fd attached, for transport
- * (enum dsock_path) and proven by proof (enum dsock_proof).  Returns 0,
- * or -errno when the daemon cannot be reached (the socket then stays on
- * the kernel). */
-struct dsock_msg_result;
-int dsock_ctl_offer(struct dsock_sock *s, int fd, unsigned role, unsigned transport, unsigned proof);
+/* Sends an OFFER for socket sock_id with its kernel socket fd attached,
+ * for transport (enum dsock_path) and proven by proof (enum dsock_proof).
+ * Returns 0, or -errno when the daemon cannot be reached (the socket then
+ * stays on the kernel). */
+int dsock_ctl_offer(uint64_t sock_id, int fd, unsigned role, unsigned transport, unsigned proof);
 /* The handler of transport's RESULT messages (results are routed by the
  * transport they name); fd is -1 unless paired, and the handler owns it. */
 void dsock_ctl_set_result_handler(unsigned transport, void (*fn)(const struct dsock_msg_result *r, int fd));

@@ -88,7 +88,7 @@ void dsock_sock_put(struct dsock_sock *s)
 	s->owner = NULL;
 	s->tp_priv = NULL;
 	if (atomic_load_explicit(&s->flags, memory_order_relaxed) & DSOCK_SF_REPORTED)
-		dsock_ctl_sock_closed(s);
+		dsock_sock_report(s, 0, DSOCK_EV_CLOSE);
 	lock();
 	s->next_free = free_list;
 	free_list = s;

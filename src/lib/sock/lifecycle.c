@@ -71,7 +71,7 @@ static void settle(struct dsock_sock *s, int fd, int role, const struct sockaddr
 	s->reason = (uint16_t)reason;
 	/* an address the kernel would not give is asked again (and found
 	 * missing) by the event */
-	dsock_ctl_sock_event_at(s, fd, role == DSOCK_ROLE_ACCEPT ? DSOCK_EV_ACCEPT : DSOCK_EV_CONNECT,
+	dsock_sock_report_at(s, fd, role == DSOCK_ROLE_ACCEPT ? DSOCK_EV_ACCEPT : DSOCK_EV_CONNECT,
 				local, peer);
 }
 
@@ -114,7 +114,7 @@ int dsock_sock_bind(int fd, const struct sockaddr *a, socklen_t len)
 			s->state = DSOCK_ST_BOUND;
 		if (is_inet(s) && s->type != SOCK_STREAM && !s->ev) {
 			s->reason = DSOCK_R_NOT_TCP;
-			dsock_ctl_sock_event(s, fd, DSOCK_EV_OPEN);
+			dsock_sock_report(s, fd, DSOCK_EV_OPEN);
 		}
 		dsock_sock_put(s);
 	}
@@ -134,7 +134,7 @@ int dsock_sock_listen(int fd, int backlog)
 		s->state = DSOCK_ST_LISTENING;
 		s->reason = DSOCK_R_LISTENER;
 		if (is_inet(s) && !was)
-			dsock_ctl_sock_event(s, fd, DSOCK_EV_OPEN);
+			dsock_sock_report(s, fd, DSOCK_EV_OPEN);
 		dsock_sock_put(s);
 	}
 	return r;

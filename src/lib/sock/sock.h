@@ -135,4 +135,16 @@ enum { DSOCK_DUP_ANY = 1, DSOCK_DUP2, DSOCK_DUP3, DSOCK_DUP_FCNTL, DSOCK_DUP_FCN
 /* Registers the sockets inherited across exec (scans /proc/self/fd). */
 void dsock_sock_scan_inherited(void);
 
+/* ---- reports to the daemon (report.c) ---------------------------------- */
+/* s changed state (ev: enum dsock_sock_event); fd is one of its fds (-1:
+ * the fd and addresses as told before). */
+void dsock_sock_report(struct dsock_sock *s, int fd, unsigned ev);
+/* The same with the socket's addresses already at hand (NULL: unknown),
+ * which saves two system calls per connection. */
+void dsock_sock_report_at(struct dsock_sock *s, int fd, unsigned ev, const struct sockaddr *local,
+			  const struct sockaddr *peer);
+/* Tells a newly (re)connected daemon what the process holds (the daemon
+ * client calls it: dsock_ctl_set_replay). */
+void dsock_sock_replay(int listeners_only);
+
 #endif

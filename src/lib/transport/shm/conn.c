@@ -106,7 +106,7 @@ void shm_detach(struct dsock_sock *s, unsigned reason)
 		dsock_hidden_set(c->sock, &c->unbacked, 0);
 		fast_uncount(c);
 	}
-	dsock_ctl_sock_event(s, -1 /* fd unknown here: as told before */, s->ev ? s->ev : DSOCK_EV_CONNECT);
+	dsock_sock_report(s, -1 /* fd unknown here: as told before */, s->ev ? s->ev : DSOCK_EV_CONNECT);
 }
 
 /* Maps and checks a connection's memory.  Trusts only what it can verify:
@@ -295,7 +295,7 @@ static int send_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 	c->next = pending;
 	pending = c;
 	pthread_mutex_unlock(&pending_mu);
-	r = dsock_ctl_offer(s, fd, (unsigned)role, DSOCK_PATH_SHM, DSOCK_PROOF_NETNS);
+	r = dsock_ctl_offer(s->id, fd, (unsigned)role, DSOCK_PATH_SHM, DSOCK_PROOF_NETNS);
 	DSOCK_DBG("sock %llu offered (role %d): %d", (unsigned long long)s->id, role, r);
 	if (r) {
 		unlink_pending(c);
@@ -438,7 +438,7 @@ int shm_progress(struct dsock_sock *s, int fd)
 	if (c->state == SC_ATTACHED && !__atomic_load_n(&c->reported, __ATOMIC_RELAXED) &&
 	    shm_active(c) && !__atomic_exchange_n(&c->reported, 1, __ATOMIC_RELAXED)) {
 		s->reason = DSOCK_R_NONE;
-		dsock_ctl_sock_event(s, fd, s->ev ? s->ev : DSOCK_EV_CONNECT);
+		dsock_sock_report(s, fd, s->ev ? s->ev : DSOCK_EV_CONNECT);
 	}
 	return c->state == SC_ATTACHED && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
 }
