@@ -24,15 +24,24 @@ static uint64_t end_key(const struct dd_proc *p, uint64_t sid)
 	return dd_hash(k, sizeof(k), 0x45);
 }
 
+/* Removes key from m if it names x (a newer pair may have taken it). */
+static void del_if(struct dd_hmap *m, uint64_t key, const struct dd_pair *x)
+{
+	uint64_t v;
+
+	if (dd_hmap_get(m, key, &v) && v == (uint64_t)(uintptr_t)x)
+		dd_hmap_del(m, key);
+}
+
 int dd_pair_add(struct dd_pair *x)
 {
 	for (int i = 0; i < 2; i++)
 		if (dd_hmap_put(&by_cookie, cookie_key(x->cookie[i]), (uint64_t)(uintptr_t)x) ||
 		    (x->proc[i] && dd_hmap_put(&by_end, end_key(x->proc[i], x->sid[i]), (uint64_t)(uintptr_t)x))) {
 			for (int j = 0; j <= i; j++) {
-				dd_hmap_del(&by_cookie, cookie_key(x->cookie[j]));
+				del_if(&by_cookie, cookie_key(x->cookie[j]), x);
 				if (x->proc[j])
-					dd_hmap_del(&by_end, end_key(x->proc[j], x->sid[j]));
+					del_if(&by_end, end_key(x->proc[j], x->sid[j]), x);
 			}
 			return -ENOMEM;
 		}
@@ -48,9 +57,9 @@ int dd_pair_add(struct dd_pair *x)
 static void pair_free(struct dd_pair *x)
 {
 	for (int i = 0; i < 2; i++) {
-		dd_hmap_del(&by_cookie, cookie_key(x->cookie[i]));
+		del_if(&by_cookie, cookie_key(x->cookie[i]), x);
 		if (x->proc[i])
-			dd_hmap_del(&by_end, end_key(x->proc[i], x->sid[i]));
+			del_if(&by_end, end_key(x->proc[i], x->sid[i]), x);
 	}
 	if (sweep_at == x)
 		sweep_at = x->next;
@@ -79,7 +88,7 @@ struct dd_pair *dd_pair_by_cookie(uint64_t cookie, int *side)
 
 static void end_gone(struct dd_pair *x, int i)
 {
-	dd_hmap_del(&by_end, end_key(x->proc[i], x->sid[i]));
+	del_if(&by_end, end_key(x->proc[i], x->sid[i]), x);
 	x->proc[i] = NULL;
 	if (!x->proc[0] && !x->proc[1])
 		pair_free(x);
