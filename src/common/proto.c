@@ -139,7 +139,8 @@ const char *dsock_state_name(unsigned st)
 
 const char *dsock_path_name(unsigned path)
 {
-	return path == DSOCK_PATH_KERNEL ? "kernel" : path == DSOCK_PATH_SHM ? "shm" : "?";
+	return path == DSOCK_PATH_KERNEL ? "kernel" : path == DSOCK_PATH_SHM ? "shm" :
+	       path == DSOCK_PATH_SOCKETPAIR ? "socketpair" : "?";
 }
 
 void dsock_addr_format(const struct dsock_addr *a, char *buf, size_t n)

@@ -64,8 +64,9 @@ struct dsock_mail_page {
 
 /* Who carries a connection's data: the kernel, or a transport.  The ids
  * name the same transport in the library (its table's `id`), in the
- * daemon (its provisioning) and in `dsock stat`. */
-enum dsock_path { DSOCK_PATH_KERNEL = 1, DSOCK_PATH_SHM = 2, DSOCK_PATH_MAX = 2 };
+ * daemon (its provisioning) and in `dsock stat`.  SOCKETPAIR exists for
+ * the tests: its ends get one socketpair (daemon/prov_socketpair.c). */
+enum dsock_path { DSOCK_PATH_KERNEL = 1, DSOCK_PATH_SHM = 2, DSOCK_PATH_SOCKETPAIR = 3, DSOCK_PATH_MAX = 3 };
 
 /* How the daemon proves that two offered sockets are one connection's two
  * ends (daemon/proof.c).  NETNS: both in one network namespace, each

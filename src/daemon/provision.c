@@ -1,10 +1,11 @@
 /* The transports the daemon provisions: one line each. */
 #include "daemon/provision.h"
 
-extern const struct dd_provision dd_prov_shm;
+extern const struct dd_provision dd_prov_shm, dd_prov_socketpair;
 
 static const struct dd_provision *const provs[] = {
 	&dd_prov_shm,
+	&dd_prov_socketpair,
 };
 
 #define NPROVS (sizeof(provs) / sizeof(provs[0]))

@@ -181,6 +181,57 @@ check("a fetch without its socket drops the client", gone)
 for x in (s, cli, srv, lsn):
     x.close()
 
+# offers, results and fetches go by transport: two registered clients offer
+# the two ends of one TCP connection for the test transport "socketpair"
+# (3); the daemon proves them one connection (the netns proof, 1) and
+# gives each end of one socketpair, side 0 to the connecting end: bytes
+# written into one come out of the other.  A fetch by one end's socket
+# for that transport gives that side's end again; for another transport,
+# nothing.  An offer naming no transport the daemon knows drops the client.
+OFFER, FETCH = 9, 11
+def offer(s, sid, role, transport, sock, proof=1):
+    socket.send_fds(s, [hdr(OFFER, struct.pack("<QIHH", sid, role, transport, proof))], [sock.fileno()])
+def result(s):
+    msg, fds, _, _ = socket.recv_fds(s, 4096, 1)
+    if len(msg) < 48:
+        return (0, 0, 0, 0, fds)
+    sid, tp, _, res, side = struct.unpack_from("<QHHII", msg, 16)
+    return (sid, tp, res, side, fds)
+lsn = socket.socket(); lsn.bind(("127.0.0.1", 0)); lsn.listen(1)
+cli = socket.create_connection(lsn.getsockname()); srv, _ = lsn.accept()
+a, b = hello(), hello()
+a.settimeout(5); b.settimeout(5)
+offer(b, 8, 2, 3, srv)          # the accepting end first: it waits 4 s
+held = result(b)
+offer(a, 7, 1, 3, cli)
+ra, rb = result(a), result(b)
+check("an offer for the test transport is held, then both ends are paired by it",
+      held[:3] == (8, 3, 3) and ra[:4] == (7, 3, 1, 0) and rb[:4] == (8, 3, 1, 1) and
+      len(ra[4]) == 1 and len(rb[4]) == 1, (held, ra, rb))
+if len(ra[4]) == 1 and len(rb[4]) == 1:
+    os.write(ra[4][0], b"through the pair")
+    check("the two ends are one socketpair", os.read(rb[4][0], 100) == b"through the pair")
+    socket.send_fds(a, [hdr(FETCH, struct.pack("<QH6x", 7, 3))], [cli.fileno()])
+    f = result(a)
+    check("a fetch for the transport gives that side's end again",
+          f[:4] == (7, 3, 4, 0) and len(f[4]) == 1 and
+          os.fstat(f[4][0]).st_ino == os.fstat(ra[4][0]).st_ino, f)
+    socket.send_fds(a, [hdr(FETCH, struct.pack("<QH6x", 7, 2))], [cli.fileno()])
+    f2 = result(a)
+    check("a fetch for another transport gets nothing", f2[:3] == (7, 2, 4) and not f2[4], f2)
+    check("stat counts the test transport's pairs", "socketpair_conns=1" in stat(), stat()[:300])
+    for fd in ra[4] + rb[4] + f[4] + f2[4]:
+        os.close(fd)
+c = hello()
+offer(c, 9, 1, 9, cli)
+try:
+    dropped = c.recv(100) == b""
+except (ConnectionResetError, BrokenPipeError):
+    dropped = True
+check("an offer for a transport the protocol does not name drops the client", dropped)
+for x in (a, b, c, cli, srv, lsn):
+    x.close()
+
 # 4b. socket events without a message each (the event ring after the mail
 # page): 3,000 connections opened and closed on the kernel (no data, so no
 # pairing) all reach the daemon, in order (no record is left behind), though

@@ -9,7 +9,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAGIC, VERSION = 0x4B435344, 1
 HELLO, SOCK_EVENT, STAT_REQ, SHUTDOWN, OFFER, FETCH, PEER_REQ = 1, 2, 3, 6, 9, 11, 13
-SHM, NETNS = 2, 1  # enum dsock_path (a transport), enum dsock_proof
+SHM, SOCKETPAIR, NETNS = 2, 3, 1  # enum dsock_path (transports), enum dsock_proof
 
 
 def msg(mtype, payload=b"", seq=1):
@@ -59,6 +59,10 @@ PROTO = {
     "pair": rec(hello(), slot=0, fd_kind=MAIL) + rec(hello(), slot=1, fd_kind=MAIL)
     + rec(offer(1, 1), slot=0, fd_kind=PEER) + rec(offer(2, 2), slot=1, fd_kind=CONN),
     "offer-listener": rec(hello(), fd_kind=MAIL) + rec(offer(), fd_kind=LISTEN),
+    # the test transport's provisioning: a socketpair per pair, fetched again
+    "pair-socketpair": rec(hello(), slot=0, fd_kind=MAIL) + rec(hello(), slot=1, fd_kind=MAIL)
+    + rec(offer(1, 1, SOCKETPAIR), slot=0, fd_kind=PEER) + rec(offer(2, 2, SOCKETPAIR), slot=1, fd_kind=CONN)
+    + rec(fetch(1, SOCKETPAIR), slot=0, fd_kind=PEER) + rec(fetch(2, SHM), slot=1, fd_kind=CONN),
     # a hand-over's request for the peer's socket, after a pairing and on a
     # connection with no HELLO
     "peer-req": rec(hello(), slot=0, fd_kind=MAIL) + rec(hello(), slot=1, fd_kind=MAIL)
