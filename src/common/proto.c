@@ -158,3 +158,20 @@ void dsock_addr_format(const struct dsock_addr *a, char *buf, size_t n)
 		snprintf(buf, n, "-");
 	}
 }
+
+void dsock_addr_from(struct dsock_addr *out, const struct sockaddr *a)
+{
+	memset(out, 0, sizeof(*out));
+	if (a->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const void *)a;
+		out->family = AF_INET;
+		out->port = ntohs(in->sin_port);
+		out->addr[10] = out->addr[11] = 0xff;
+		memcpy(out->addr + 12, &in->sin_addr, 4);
+	} else if (a->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const void *)a;
+		out->family = AF_INET6;
+		out->port = ntohs(in6->sin6_port);
+		memcpy(out->addr, &in6->sin6_addr, 16);
+	}
+}

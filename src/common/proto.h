@@ -257,5 +257,9 @@ const char *dsock_path_name(unsigned path);
 
 /* Formats "1.2.3.4:80" / "[::1]:80" / "-" into buf. */
 void dsock_addr_format(const struct dsock_addr *a, char *buf, size_t n);
+/* A socket address in the protocol's form (IPv4 v4-mapped, family kept);
+ * anything but AF_INET and AF_INET6 gives family 0. */
+struct sockaddr;
+void dsock_addr_from(struct dsock_addr *out, const struct sockaddr *a);
 
 #endif

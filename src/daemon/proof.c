@@ -22,23 +22,6 @@ int dd_addr_same(const struct dsock_addr *a, const struct dsock_addr *b)
 	return a->port == b->port && !memcmp(a->addr, b->addr, 16);
 }
 
-static void to_addr(const struct sockaddr_storage *ss, struct dsock_addr *a)
-{
-	memset(a, 0, sizeof(*a));
-	if (ss->ss_family == AF_INET) {
-		const struct sockaddr_in *in = (const void *)ss;
-		a->family = AF_INET6; /* compare in one (v4-mapped) form */
-		a->port = ntohs(in->sin_port);
-		a->addr[10] = a->addr[11] = 0xff;
-		memcpy(a->addr + 12, &in->sin_addr, 4);
-	} else if (ss->ss_family == AF_INET6) {
-		const struct sockaddr_in6 *in6 = (const void *)ss;
-		a->family = AF_INET6;
-		a->port = ntohs(in6->sin6_port);
-		memcpy(a->addr, &in6->sin6_addr, 16);
-	}
-}
-
 static uint64_t tuple_key(uint64_t netns, const struct dsock_addr *a, const struct dsock_addr *b)
 {
 	uint8_t k[44];
@@ -74,8 +57,9 @@ static unsigned netns_inspect(int fd, struct dd_ident *o)
 	    getpeername(fd, (struct sockaddr *)&p, &pl) < 0)
 		return DSOCK_R_NOT_ESTABLISHED;
 	o->ino = st.st_ino;
-	to_addr(&l, &o->local);
-	to_addr(&p, &o->peer);
+	/* compared in one (v4-mapped) form: dd_addr_same */
+	dsock_addr_from(&o->local, (const struct sockaddr *)&l);
+	dsock_addr_from(&o->peer, (const struct sockaddr *)&p);
 	o->key = tuple_key(o->netns, &o->local, &o->peer);
 	o->mate_key = tuple_key(o->netns, &o->peer, &o->local);
 	return DSOCK_R_NONE;

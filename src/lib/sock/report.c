@@ -16,24 +16,12 @@ static void fill_addr(struct dsock_addr *out, int fd, int peer, const struct soc
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
-	const struct sockaddr *a = known ? known : (const struct sockaddr *)&ss;
 
 	memset(out, 0, sizeof(*out));
 	if (!known && (peer ? dsock_real.getpeername(fd, (struct sockaddr *)&ss, &len)
 			    : dsock_real.getsockname(fd, (struct sockaddr *)&ss, &len)) < 0)
 		return;
-	if (a->sa_family == AF_INET) {
-		const struct sockaddr_in *in = (const void *)a;
-		out->family = AF_INET;
-		out->port = ntohs(in->sin_port);
-		out->addr[10] = out->addr[11] = 0xff;
-		memcpy(out->addr + 12, &in->sin_addr, 4);
-	} else if (a->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *in6 = (const void *)a;
-		out->family = AF_INET6;
-		out->port = ntohs(in6->sin6_port);
-		memcpy(out->addr, &in6->sin6_addr, 16);
-	}
+	dsock_addr_from(out, known ? known : (const struct sockaddr *)&ss);
 }
 
 static void fill(struct dsock_msg_sock_event *m, const struct dsock_sock *s, int fd, unsigned ev,
