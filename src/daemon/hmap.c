@@ -32,14 +32,22 @@ static size_t find(const struct dd_hmap *m, uint64_t key)
 			return i;
 }
 
-int dd_hmap_get(const struct dd_hmap *m, uint64_t key, uint64_t *val)
+/* key's slot, or -1 when absent. */
+static long slot_of(const struct dd_hmap *m, uint64_t key)
 {
 	size_t i;
 
 	if (!m->cap)
-		return 0;
+		return -1;
 	i = find(m, key);
-	if (m->keys[i] != key)
+	return m->keys[i] == key ? (long)i : -1;
+}
+
+int dd_hmap_get(const struct dd_hmap *m, uint64_t key, uint64_t *val)
+{
+	long i = slot_of(m, key);
+
+	if (i < 0)
 		return 0;
 	*val = m->vals[i];
 	return 1;
@@ -99,12 +107,9 @@ int dd_hmap_put(struct dd_hmap *m, uint64_t key, uint64_t val)
 
 int dd_hmap_del(struct dd_hmap *m, uint64_t key)
 {
-	size_t i;
+	long i = slot_of(m, key);
 
-	if (!m->cap)
-		return 0;
-	i = find(m, key);
-	if (m->keys[i] != key)
+	if (i < 0)
 		return 0;
 	m->keys[i] = DEAD;
 	m->used--;

@@ -213,7 +213,8 @@ void dd_pairing_fetch(const struct dd_reply_to *to, const struct dsock_msg_fetch
 	close(fd);
 	if (x && x->prov->transport == m->transport) {
 		r.side = (uint32_t)side;
-		x->prov->fetched(x, side, &r);
+		if (x->prov->fetched)
+			x->prov->fetched(x, side, &r);
 	} else {
 		x = NULL;
 	}

@@ -12,6 +12,7 @@
  * the hander waits for the peer's own answer instead (handover.c). */
 #include "daemon/peerfd.h"
 #include "daemon/pairing.h"
+#include "daemon/proof.h"
 #include "daemon/registry.h"
 #include "common/log.h"
 
@@ -97,11 +98,6 @@ static int from_proc(pid_t pid, int guess, int scan, const struct dd_peer_id *id
 	return fd;
 }
 
-static int same(const struct dsock_addr *a, const struct dsock_addr *b)
-{
-	return a->port == b->port && !memcmp(a->addr, b->addr, 16);
-}
-
 /* The fd the process last told us for a socket with the peer's addresses
  * (not its id: ids are numbered per process, and an exec'd program that
  * adopted it numbers it anew), or -1.  Another namespace's socket with the
@@ -109,7 +105,8 @@ static int same(const struct dsock_addr *a, const struct dsock_addr *b)
 static int told_fd(const struct dd_proc *p, const struct dd_peer_id *id)
 {
 	for (size_t i = 0; i < p->nsocks; i++)
-		if (p->socks[i].fd >= 0 && same(&p->socks[i].local, &id->local) && same(&p->socks[i].peer, &id->peer))
+		if (p->socks[i].fd >= 0 && dd_addr_same(&p->socks[i].local, &id->local) &&
+		    dd_addr_same(&p->socks[i].peer, &id->peer))
 			return p->socks[i].fd;
 	return -1;
 }

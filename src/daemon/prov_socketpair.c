@@ -28,13 +28,6 @@ static int sp_make(struct dd_pair *x, struct dsock_msg_result *r)
 	return 0;
 }
 
-static void sp_fetched(const struct dd_pair *x, int side, struct dsock_msg_result *r)
-{
-	(void)x;
-	(void)side;
-	(void)r;
-}
-
 static void sp_release(struct dd_pair *x)
 {
 	close(x->fd[0]);
@@ -53,7 +46,6 @@ const struct dd_provision dd_prov_socketpair = {
 	.transport = DSOCK_PATH_SOCKETPAIR,
 	.name = "socketpair",
 	.make = sp_make,
-	.fetched = sp_fetched,
 	.release = sp_release,
 	.stat = sp_stat,
 };

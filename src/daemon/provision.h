@@ -37,7 +37,8 @@ struct dd_provision {
 	 * both), and the RESULT's transport fields.  0, or -errno (the ends
 	 * stay on the kernel, reason resource). */
 	int (*make)(struct dd_pair *x, struct dsock_msg_result *r);
-	/* The RESULT's transport fields for a FETCH of side's resource. */
+	/* The RESULT's transport fields for a FETCH of side's resource (NULL:
+	 * none beyond the resource itself). */
 	void (*fetched)(const struct dd_pair *x, int side, struct dsock_msg_result *r);
 	/* 1 if no process holds either end any more (read from what the
 	 * ends write: a lie only ends the pair early, or keeps it until the

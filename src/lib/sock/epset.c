@@ -396,19 +396,15 @@ void dsock_epset_unpark(int epfd, uint64_t data)
  * reference may be the last, whose release takes them. */
 static int has_room(int fd, const struct dsock_sock *sock)
 {
-	struct dsock_sock *s = dsock_fdt_get(fd);
+	const struct dsock_transport *tp;
+	struct dsock_sock *s = dsock_sock_carried(fd, &tp);
 	int w = 1;
 
-	if (s && s == sock) {
-		const struct dsock_transport *tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
-		if (tp && tp->writable && !tp->writable(s)) {
-			w = 0;
-			if (tp->want_space)
-				tp->want_space(s);
-		}
-	}
-	if (s)
-		dsock_sock_put(s);
+	if (!s)
+		return w;
+	if (s == sock)
+		w = dsock_tp_writable(s, tp) != 0;
+	dsock_sock_put(s);
 	return w;
 }
 

@@ -142,13 +142,13 @@ int dsock_sock_listen(int fd, int backlog)
 
 int dsock_sock_connect(int fd, const struct sockaddr *a, socklen_t len)
 {
+	const struct dsock_transport *tp;
 	struct dsock_sock *s;
 	int r, err;
 
-	if (a && len >= sizeof(sa_family_t) && a->sa_family == AF_UNSPEC && (s = dsock_fdt_get(fd))) {
+	if (a && len >= sizeof(sa_family_t) && a->sa_family == AF_UNSPEC && (s = dsock_sock_carried(fd, &tp))) {
 		/* the application resets a transport's connection itself */
-		const struct dsock_transport *tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
-		r = tp && tp->disconnect ? tp->disconnect(s, fd) : 1;
+		r = tp->disconnect ? tp->disconnect(s, fd) : 1;
 		dsock_sock_put(s);
 		if (r != 1)
 			return r;

@@ -104,21 +104,28 @@ static int spurious_in(int fd)
 	return r;
 }
 
-/* A transport's socket: 1 if a send would not block, 0 if it would (a
- * wake-up for room is then asked for), -1 if the kernel carries fd. */
+int dsock_tp_writable(struct dsock_sock *s, const struct dsock_transport *tp)
+{
+	if (!tp->writable)
+		return -1;
+	if (tp->writable(s))
+		return 1;
+	if (tp->want_space)
+		tp->want_space(s);
+	return 0;
+}
+
+/* A transport's socket: dsock_tp_writable, or -1 if the kernel carries fd. */
 static int writable_view(int fd)
 {
-	struct dsock_sock *s = fd >= 0 ? dsock_fdt_get(fd) : NULL;
-	const struct dsock_transport *tp = s ? __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) : NULL;
-	int w = -1;
+	const struct dsock_transport *tp;
+	struct dsock_sock *s = dsock_sock_carried(fd, &tp);
+	int w;
 
-	if (tp && tp->writable) {
-		w = tp->writable(s) != 0;
-		if (!w && tp->want_space)
-			tp->want_space(s);
-	}
-	if (s)
-		dsock_sock_put(s);
+	if (!s)
+		return -1;
+	w = dsock_tp_writable(s, tp);
+	dsock_sock_put(s);
 	return w;
 }
 
@@ -366,25 +373,18 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
  * the set's readiness from its members' kernel readiness only). */
 static int transport_view(int fd, short events)
 {
-	struct dsock_sock *s = dsock_fdt_peek(fd);
 	const struct dsock_transport *tp;
+	struct dsock_sock *s;
 	int v = 0;
 
-	if (!s)
+	if (!dsock_fdt_peek(fd))
 		return (events & (POLLIN | POLLRDNORM)) && dsock_epset_readable(fd);
-	if (!(tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE)))
+	if (!(s = dsock_sock_carried(fd, &tp)))
 		return 0;
-	if (!(s = dsock_fdt_get(fd)))
-		return 0;
-	if ((tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE))) {
-		if ((events & (POLLIN | POLLRDNORM)) && tp->hidden_readable && tp->hidden_readable(s))
-			v |= 1;
-		if ((events & (POLLOUT | POLLWRNORM)) && tp->writable && !tp->writable(s)) {
-			v |= 2;
-			if (tp->want_space)
-				tp->want_space(s);
-		}
-	}
+	if ((events & (POLLIN | POLLRDNORM)) && tp->hidden_readable && tp->hidden_readable(s))
+		v |= 1;
+	if ((events & (POLLOUT | POLLWRNORM)) && dsock_tp_writable(s, tp) == 0)
+		v |= 2;
 	dsock_sock_put(s);
 	return v;
 }

@@ -103,6 +103,11 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
 void dsock_epoll_forget_fd(int fd);
 void dsock_epoll_forget_range(unsigned first, unsigned last);
 
+/* s, which tp carries: 1 if a send would not block, 0 if it would (a
+ * wake-up for room is then asked for: want_space), -1 if tp does not say. */
+struct dsock_transport;
+int dsock_tp_writable(struct dsock_sock *s, const struct dsock_transport *tp);
+
 /* Each returns a count or -errno, like the call it serves. */
 int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, const sigset_t *m, int is_ppoll,
 		     int timeout_ms);

@@ -16,8 +16,8 @@ static const struct dsock_transport *const builtin[] = {
 };
 
 /* Every registered transport gets the process-wide hooks (one configured
- * off may still be handed connections by an exec); only the first
- * `noffering` are offered new connections. */
+ * off may still be handed connections by an exec); only those whose
+ * `offers` flag is set are offered new connections. */
 static const struct dsock_transport *transports[DSOCK_TRANSPORTS_MAX];
 static int offers[DSOCK_TRANSPORTS_MAX];
 static int ntransports;

@@ -12,6 +12,8 @@
 #ifndef DSOCK_TRANSPORT_H
 #define DSOCK_TRANSPORT_H
 
+#include "common/proto.h"
+
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -19,7 +21,8 @@
 struct dsock_sock;
 struct dsock_exec_target;
 
-enum dsock_role { DSOCK_ROLE_CONNECT = 1, DSOCK_ROLE_ACCEPT = 2 };
+/* The same values as an OFFER's role: the role goes to the daemon as is. */
+enum dsock_role { DSOCK_ROLE_CONNECT = DSOCK_OFFER_CONNECT, DSOCK_ROLE_ACCEPT = DSOCK_OFFER_ACCEPT };
 
 struct dsock_transport {
 	const char *name;
