@@ -50,7 +50,7 @@ static void adopt(int fd)
 		s->state = DSOCK_ST_CONNECTED;
 		s->reason = DSOCK_R_INHERITED;
 	}
-	/* the daemon hears of it on registration (replay in core/ctl.c) */
+	/* the daemon hears of it on registration (dsock_sock_replay, report.c) */
 	if ((domain == AF_INET || domain == AF_INET6) && s->state != DSOCK_ST_OPEN)
 		s->ev = DSOCK_EV_OPEN;
 	old = dsock_fdt_swap(fd, s);
