@@ -158,6 +158,8 @@ static void pair(struct dd_offer *a, struct dd_offer *b)
 		r.side = (uint32_t)i;
 		dd_send_result(&s[i]->to, &r, x->fd[i]);
 	}
+	if (x->prov->sent)
+		x->prov->sent(x);
 	n_paired++;
 	dd_pair_sweep(2);
 	DSOCK_INFO("paired pid %d sock %llu with pid %d sock %llu (%s)",

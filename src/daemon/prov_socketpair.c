@@ -1,10 +1,11 @@
 /* Provisioning for the transport "socketpair", which exists for the tests
- * (issue 20: a second transport proves that offers, results, fetches and
- * provisioning go by transport id): a proven pair of ends gets the two
- * ends of one AF_UNIX stream socketpair, side 0 the first.  The daemon
- * keeps both ends while the pair lives (a FETCH gives a side its end
- * again), so nothing here reads what the ends write; a pair ends with its
- * ends' CLOSE events or their processes. */
+ * (a second transport proves that offers, results and provisioning go by
+ * transport id, and that readiness works without the application's socket
+ * as the doorbell): a proven pair of ends gets the two ends of one
+ * AF_UNIX stream socketpair, side 0 the first.  The daemon lets go of them
+ * once delivered: each end's close must reach the other (its EOF is part
+ * of the transport's protocol, lib/transport/socketpair/sp.h), so a
+ * FETCH finds none; an exec hands the end over itself. */
 #include "daemon/provision.h"
 
 #include <errno.h>
@@ -28,10 +29,18 @@ static int sp_make(struct dd_pair *x, struct dsock_msg_result *r)
 	return 0;
 }
 
+static void sp_sent(struct dd_pair *x)
+{
+	for (int i = 0; i < 2; i++) {
+		if (x->fd[i] >= 0)
+			close(x->fd[i]);
+		x->fd[i] = -1;
+	}
+}
+
 static void sp_release(struct dd_pair *x)
 {
-	close(x->fd[0]);
-	close(x->fd[1]);
+	sp_sent(x);
 	n_conns--;
 }
 
@@ -46,6 +55,7 @@ const struct dd_provision dd_prov_socketpair = {
 	.transport = DSOCK_PATH_SOCKETPAIR,
 	.name = "socketpair",
 	.make = sp_make,
+	.sent = sp_sent,
 	.release = sp_release,
 	.stat = sp_stat,
 };

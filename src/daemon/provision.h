@@ -37,6 +37,10 @@ struct dd_provision {
 	 * both), and the RESULT's transport fields.  0, or -errno (the ends
 	 * stay on the kernel, reason resource). */
 	int (*make)(struct dd_pair *x, struct dsock_msg_result *r);
+	/* Both RESULTs have gone out: a transport whose ends must see each
+	 * other's close lets go of fd[] here (set to -1; a FETCH then finds
+	 * none).  NULL: the daemon keeps them while the pair lives. */
+	void (*sent)(struct dd_pair *x);
 	/* The RESULT's transport fields for a FETCH of side's resource (NULL:
 	 * none beyond the resource itself). */
 	void (*fetched)(const struct dd_pair *x, int side, struct dsock_msg_result *r);

@@ -445,6 +445,19 @@ int dsock_ctl_fetch(unsigned transport, unsigned long long sock_id, int sock_fd,
 	return r;
 }
 
+void dsock_ctl_mail_until(int (*done)(void *arg), void *arg, int timeout_ms)
+{
+	int64_t end = dsock_mono_ns() + timeout_ms * 1000000LL;
+
+	while (!done(arg) && dsock_mono_ns() < end) {
+		struct pollfd p = { .fd = dsock_ctl_fd(), .events = POLLIN };
+		dsock_ctl_read_mail();
+		if (done(arg) || p.fd < 0)
+			break;
+		dsock_real.poll(&p, 1, 5);
+	}
+}
+
 void dsock_ctl_poll_mail(void)
 {
 	if (mail && __atomic_load_n(&mail->mail_seq, __ATOMIC_ACQUIRE) == mail_seen)

@@ -51,6 +51,9 @@ int dsock_ctl_fetch(unsigned transport, unsigned long long sock_id, int sock_fd,
  * Returns the fd (close-on-exec), or -errno: -EPERM where the daemon may
  * not take it, -ENOENT when it found no process holding it. */
 int dsock_ctl_fetch_peer(unsigned long long sock_id, int sock_fd, int timeout_ms);
+/* Delivers mail until done(arg) says 1, for timeout_ms at most (a close
+ * waiting for the daemon to let go of its copy of an offered socket). */
+void dsock_ctl_mail_until(int (*done)(void *arg), void *arg, int timeout_ms);
 /* Delivers mail, if the daemon left any: one memory read when there is none. */
 void dsock_ctl_poll_mail(void);
 /* Blocking variant for tests and slow paths: also reads when no mail page. */

@@ -85,15 +85,8 @@ DSOCK_API int ioctl(int fd, unsigned long req, ...)
 	va_start(ap, req);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	if ((req == FIONREAD) && arg && !DSOCK_GUARDED()) {
-		/* the bytes a transport holds for fd are the answer */
-		long n = dsock_io_readable(fd);
-
-		if (n >= 0) {
-			*(int *)arg = (int)n;
-			return 0;
-		}
-	}
+	if ((req == FIONREAD || req == SIOCATMARK) && arg && !DSOCK_GUARDED() && dsock_io_ioctl(fd, req, arg) == 0)
+		return 0; /* the transport's answer: it holds bytes for fd */
 	r = dsock_real.ioctl(fd, req, arg);
 	if (r < 0 || DSOCK_GUARDED())
 		return (int)dsock_ret(SYSRET(r));

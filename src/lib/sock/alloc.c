@@ -83,6 +83,8 @@ void dsock_sock_put(struct dsock_sock *s)
 		return;
 	if (dsock_solo_before_release(s))
 		return; /* the section a signal handler interrupted releases it */
+	if (s->tp && s->tp->waits)
+		atomic_fetch_sub(&dsock_waits_socks, 1);
 	if (s->owner && s->owner->release)
 		s->owner->release(s);
 	s->owner = NULL;
@@ -126,15 +128,26 @@ void dsock_sock_fork_child(void)
 	unlock();
 }
 
+_Atomic long dsock_waits_socks;
+
 void dsock_sock_attach(struct dsock_sock *s, const struct dsock_transport *t, void *priv)
 {
 	s->tp_priv = priv;
 	s->owner = t;
 	__atomic_store_n(&s->tp, t, __ATOMIC_RELEASE);
+	if (t->waits) {
+		atomic_fetch_add(&dsock_waits_socks, 1);
+		dsock_sock_rewatch(s);
+	}
 }
 
 void dsock_sock_detach(struct dsock_sock *s, unsigned reason)
 {
+	const struct dsock_transport *t = __atomic_exchange_n(&s->tp, NULL, __ATOMIC_ACQ_REL);
+
 	s->reason = (uint16_t)reason;
-	__atomic_store_n(&s->tp, NULL, __ATOMIC_RELEASE);
+	if (t && t->waits) {
+		atomic_fetch_sub(&dsock_waits_socks, 1);
+		dsock_sock_rewatch(s);
+	}
 }

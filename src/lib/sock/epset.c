@@ -11,6 +11,7 @@
 #include "lib/base/real.h"
 #include "lib/sock/ready.h"
 #include "lib/sock/sock.h"
+#include "lib/sock/watch.h"
 #include "lib/transport/transport.h"
 
 #include <errno.h>
@@ -36,6 +37,8 @@ struct member {
 				     * kernel's registration (EPOLLIN in, for the
 				     * space token) while the ring is full */
 	uint64_t mark;              /* EPOLLET: the arrival count last reported */
+	int watched;                /* its transport has waits (watch.h) */
+	struct dsock_watch w;       /* and these other fds stand for it too */
 	struct dsock_sock *sock;    /* the socket at registration; NULL: an epoll set */
 	/* chains: every member, by fd, by (epfd, data), by socket */
 	struct member *next[4], **pprev[4];
@@ -156,8 +159,21 @@ static void set_parked(struct member *m, int on)
 	atomic_fetch_add(&dsock_epoll_parked, on ? 1 : -1);
 }
 
+/* (mu held) */
+static void watch(struct member *m)
+{
+	int on = dsock_watch_apply(&m->w, m->epfd, m->fd, m->data, m->events, m->disarmed, m->sock);
+
+	if (m->watched != on)
+		atomic_fetch_add(&dsock_epoll_watched, on ? 1 : -1);
+	m->watched = on;
+}
+
 static void drop(struct member *m)
 {
+	dsock_watch_drop(&m->w, m->epfd);
+	if (m->watched)
+		atomic_fetch_sub(&dsock_epoll_watched, 1);
 	set_parked(m, 0);
 	set_in_added(m, 0);
 	for (int k = 0; k < 4; k++)
@@ -225,6 +241,8 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 			set_parked(m, 0); /* the kernel has the application's events again */
 			m->mark = 0; /* MOD reports data already there */
 			link_in(m, BY_DATA);
+			if (m->watched || (s && s->tp && s->tp->waits))
+				watch(m);
 		}
 	} else if ((op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && ev) {
 		/* (MOD: one added while dsock did not track the fd yet) */
@@ -248,6 +266,8 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 			link_in(m, k);
 		set_count(epfd, 1);
 		atomic_fetch_add(&nmembers, 1);
+		if (s && s->tp && s->tp->waits)
+			watch(m);
 	}
 out:
 	pthread_mutex_unlock(&mu);
@@ -325,9 +345,34 @@ int dsock_epset_lookup(int epfd, uint64_t data, struct dsock_epmember *out)
 	pthread_mutex_lock(&mu);
 	if ((m = by_data(epfd, data)))
 		*out = (struct dsock_epmember){ .fd = m->fd, .events = m->events, .in_added = m->in_added,
-						.parked = m->parked };
+						.parked = m->parked, .watched = m->watched,
+						.disarmed = m->disarmed };
 	pthread_mutex_unlock(&mu);
 	return out->fd;
+}
+
+void dsock_sock_rewatch(struct dsock_sock *s)
+{
+	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&mu);
+	for (struct member *m = heads[BY_SOCK] ? heads[BY_SOCK][h_sock(s)] : NULL; m; m = m->next[BY_SOCK])
+		if (m->sock == s)
+			watch(m);
+	pthread_mutex_unlock(&mu);
+}
+
+void dsock_epset_disarm(int epfd, uint64_t data)
+{
+	struct member *m;
+
+	pthread_mutex_lock(&mu);
+	if ((m = by_data(epfd, data)) && !m->disarmed) {
+		m->disarmed = 1;
+		if (m->watched)
+			watch(m);
+	}
+	pthread_mutex_unlock(&mu);
 }
 
 /* ---- level-triggered EPOLLOUT on a full ring --------------------------------

@@ -17,8 +17,12 @@ struct dsock_epmember {
 	int fd;
 	unsigned events;
 	int in_added, parked;
+	int watched;  /* its transport has waits: ask it what events mean */
+	int disarmed; /* a one-shot reported by us, not re-armed yet */
 };
 int dsock_epset_lookup(int epfd, uint64_t data, struct dsock_epmember *out);
+/* A one-shot registration reported by us: disarmed until the next MOD. */
+void dsock_epset_disarm(int epfd, uint64_t data);
 /* A level-triggered registration for EPOLLOUT of a socket whose transport
  * has no room: EPOLLOUT leaves the kernel's registration (EPOLLIN joins it,
  * for the space token) until unparked.  1 if parked (not edge-triggered,

@@ -329,18 +329,18 @@ int dsock_io_shutdown(int fd, int how)
 	return SYSRET(dsock_real.shutdown(fd, how));
 }
 
-long dsock_io_readable(int fd)
+int dsock_io_ioctl(int fd, unsigned long req, int *val)
 {
 	const struct dsock_transport *tp;
 	struct dsock_sock *s = dsock_sock_carried(fd, &tp);
-	long n = -ENOTSUP;
+	int r = -ENOTSUP;
 
 	if (!s)
-		return n;
-	if (tp->readable)
-		n = tp->readable(s, fd);
+		return r;
+	if (tp->ioctl)
+		r = tp->ioctl(s, fd, req, val);
 	dsock_sock_put(s);
-	return n < 0 ? -ENOTSUP : n;
+	return r < 0 ? -ENOTSUP : 0;
 }
 
 int dsock_io_sockopt(int fd, int set, int level, int opt, void *val, socklen_t *len)

@@ -22,9 +22,9 @@ ssize_t dsock_io_sendmsg(int fd, const struct msghdr *m, int flags);
 int dsock_io_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags);
 ssize_t dsock_io_sendfile(int out, int in, off_t *off, size_t n);
 int dsock_io_shutdown(int fd, int how);
-/* FIONREAD as the transport carrying fd answers it; -ENOTSUP: the
- * kernel's answer. */
-long dsock_io_readable(int fd);
+/* ioctl req (FIONREAD, SIOCATMARK) as the transport carrying fd answers
+ * it into *val: 0, or -ENOTSUP: the kernel's answer. */
+int dsock_io_ioctl(int fd, unsigned long req, int *val);
 /* getsockopt (set 0) or setsockopt (1) where the transport carrying fd
  * answers the option; -ENOPROTOOPT: the kernel's answer. */
 int dsock_io_sockopt(int fd, int set, int level, int opt, void *val, socklen_t *len);

@@ -1,6 +1,7 @@
 #include "lib/sock/ready.h"
 #include "lib/sock/epset.h"
 #include "lib/sock/sock.h"
+#include "lib/sock/watch.h"
 #include "lib/base/real.h"
 #include "lib/base/sysret.h"
 #include "lib/transport/transport.h"
@@ -90,8 +91,7 @@ int dsock_spin_contended(long long now_ns)
 	return 0;
 }
 
-/* 1 if the kernel's IN on fd is only wake-up tokens (now drained). */
-static int spurious_in(int fd)
+int dsock_ready_spurious_in(int fd)
 {
 	const struct dsock_transport *tp;
 	struct dsock_sock *s = dsock_sock_carried(fd, &tp);
@@ -141,7 +141,7 @@ static unsigned writer_view(int epfd, uint64_t data, int fd, const struct dsock_
 {
 	int w;
 
-	if ((events & EPOLLIN) && (spurious_in(fd) || !(mb->events & EPOLLIN)))
+	if ((events & EPOLLIN) && (dsock_ready_spurious_in(fd) || !(mb->events & EPOLLIN)))
 		events &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
 	w = writable_view(fd);
 	if (w) {
@@ -155,22 +155,57 @@ static unsigned writer_view(int epfd, uint64_t data, int fd, const struct dsock_
 	return events;
 }
 
+/* The events of a registration whose socket's transport has waits: the
+ * transport's view now (the kernel's events were only wake-ups). */
+static unsigned watched_view(int epfd, uint64_t data, const struct dsock_epmember *mb)
+{
+	const struct dsock_transport *tp;
+	struct dsock_sock *s = dsock_sock_carried(mb->fd, &tp);
+	unsigned want = mb->events & ~(unsigned)(EPOLLET | EPOLLONESHOT | EPOLLWAKEUP | EPOLLEXCLUSIVE), ev;
+
+	if (mb->disarmed) {
+		if (s)
+			dsock_sock_put(s);
+		return 0;
+	}
+	if (s && tp->poll) {
+		ev = (unsigned short)tp->poll(s, mb->fd, (short)want);
+	} else {
+		/* gone back to the kernel meanwhile: its word */
+		struct pollfd p = { .fd = mb->fd, .events = (short)want };
+		ev = dsock_real.poll(&p, 1, 0) == 1 ? (unsigned short)p.revents : 0;
+	}
+	if (s)
+		dsock_sock_put(s);
+	ev &= want | EPOLLERR | EPOLLHUP;
+	if (ev && (mb->events & EPOLLONESHOT))
+		dsock_epset_disarm(epfd, data);
+	return ev;
+}
+
 /* Drops the IN of events that are only stale tokens, and the IN we added,
  * and a level-triggered OUT while the ring is full (parking it); returns
  * how many events remain. */
 static int filter_spurious(int epfd, struct epoll_event *ev, int n)
 {
-	int kept = 0, added = atomic_load_explicit(&dsock_epoll_in_added, memory_order_relaxed) > 0;
+	int kept = 0, added = atomic_load_explicit(&dsock_epoll_in_added, memory_order_relaxed) > 0 ||
+				   atomic_load_explicit(&dsock_epoll_watched, memory_order_relaxed) > 0;
 
 	for (int i = 0; i < n; i++) {
 		struct dsock_epmember mb = { .fd = -1 };
 		uint64_t data = ev[i].data.u64;
 		if ((ev[i].events & (EPOLLIN | EPOLLOUT)) || added)
 			dsock_epset_lookup(epfd, data, &mb);
-		if (mb.in_added || mb.parked) {
+		if (mb.watched) {
+			/* its parts in the kernel share the data: one report */
+			int dup = 0;
+			for (int j = 0; j < kept && !dup; j++)
+				dup = ev[j].data.u64 == data;
+			ev[i].events = dup ? 0 : watched_view(epfd, data, &mb);
+		} else if (mb.in_added || mb.parked) {
 			ev[i].events = writer_view(epfd, data, mb.fd, &mb, ev[i].events);
 		} else {
-			if ((ev[i].events & EPOLLIN) && spurious_in(mb.fd))
+			if ((ev[i].events & EPOLLIN) && dsock_ready_spurious_in(mb.fd))
 				ev[i].events &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
 			/* park first, then ask for room and look again: room
 			 * freed in between still sends its token */
@@ -192,7 +227,8 @@ static int filter_spurious(int epfd, struct epoll_event *ev, int n)
 static int needs_filter(void)
 {
 	return atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) ||
-	       atomic_load_explicit(&dsock_epoll_in_added, memory_order_relaxed);
+	       atomic_load_explicit(&dsock_epoll_in_added, memory_order_relaxed) ||
+	       atomic_load_explicit(&dsock_epoll_watched, memory_order_relaxed);
 }
 
 /* This thread's last look at the kernel's readiness of an epoll set: which
@@ -365,167 +401,4 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		dsock_wait_end(wait_start);
 	}
 	return n < 0 ? -e : n;
-}
-
-/* ---- poll and select ------------------------------------------------- */
-/* What a transport says about fd: 1 hidden readable, 2 not writable.  An
- * epoll set is readable when a member's data is hidden (the kernel shows
- * the set's readiness from its members' kernel readiness only). */
-static int transport_view(int fd, short events)
-{
-	const struct dsock_transport *tp;
-	struct dsock_sock *s;
-	int v = 0;
-
-	if (!dsock_fdt_peek(fd))
-		return (events & (POLLIN | POLLRDNORM)) && dsock_epset_readable(fd);
-	if (!(s = dsock_sock_carried(fd, &tp)))
-		return 0;
-	if ((events & (POLLIN | POLLRDNORM)) && tp->hidden_readable && tp->hidden_readable(s))
-		v |= 1;
-	if ((events & (POLLOUT | POLLWRNORM)) && dsock_tp_writable(s, tp) == 0)
-		v |= 2;
-	dsock_sock_put(s);
-	return v;
-}
-
-static int64_t mono_ms(void)
-{
-	return dsock_mono_ns() / 1000000;
-}
-
-int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, const sigset_t *m, int is_ppoll,
-		     int timeout_ms)
-{
-	int any = 0;
-	int64_t end;
-
-	if (atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) > 0 ||
-	    atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0)
-		for (nfds_t i = 0; i < n && !any; i++) {
-			struct dsock_sock *s = fds[i].fd >= 0 ? dsock_fdt_peek(fds[i].fd) : NULL;
-			any = s ? __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) != NULL :
-				  fds[i].fd >= 0 && dsock_epset_is_set(fds[i].fd);
-		}
-	if (!any)
-		return (int)SYSRET(is_ppoll ? dsock_real.ppoll(fds, n, t, m) : dsock_real.poll(fds, n, timeout_ms));
-	if (is_ppoll)
-		timeout_ms = t ? (int)(t->tv_sec * 1000 + t->tv_nsec / 1000000) : -1;
-	end = timeout_ms < 0 ? INT64_MAX : mono_ms() + timeout_ms;
-	for (;;) {
-		struct pollfd k[n ? n : 1];
-		int view[n ? n : 1], hidden_in = 0, r, ready = 0, e;
-		int64_t left;
-
-		/* we may sleep: end the leases before looking (see ready.h) */
-		int sleeping = timeout_ms != 0;
-		if (sleeping) {
-			atomic_fetch_add(&dsock_sleepers, 1);
-			dsock_transports_before_sleep();
-		}
-		for (nfds_t i = 0; i < n; i++) {
-			k[i] = fds[i];
-			view[i] = fds[i].fd >= 0 ? transport_view(fds[i].fd, fds[i].events) : 0;
-			hidden_in |= view[i] & 1;
-			/* waiting for space: the consumer's token makes it readable;
-			 * a consumer that is gone shows as the kernel's FIN or error */
-			if (view[i] & 2)
-				k[i].events = (short)((k[i].events & ~(POLLOUT | POLLWRNORM)) | POLLIN | POLLRDHUP);
-		}
-		left = hidden_in ? 0 : end == INT64_MAX ? -1 : end - mono_ms();
-		if (left < 0 && end != INT64_MAX)
-			left = 0; /* past the deadline: -1 waits forever */
-		long long wait_start = sleeping && left ? dsock_mono_ns() : 0;
-		if (is_ppoll) {
-			struct timespec ts = { left / 1000, (left % 1000) * 1000000 };
-			r = dsock_real.ppoll(k, n, left < 0 ? NULL : &ts, m);
-		} else {
-			r = dsock_real.poll(k, n, (int)left);
-		}
-		e = errno;
-		if (sleeping) {
-			atomic_fetch_sub(&dsock_sleepers, 1);
-			if (left)
-				dsock_wait_end(wait_start);
-		}
-		if (r < 0)
-			return -e;
-		for (nfds_t i = 0; i < n; i++) {
-			short ev = k[i].revents;
-			if (view[i] & 2) {
-				/* our own IN and RDHUP; keep them only if asked for */
-				if (!(fds[i].events & POLLIN))
-					ev &= (short)~POLLIN;
-				if (!(fds[i].events & POLLRDHUP))
-					ev &= (short)~POLLRDHUP;
-				/* writable once there is space, or once the peer is
-				 * gone (the send then says how, as the kernel's would) */
-				if ((k[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) ||
-				    !transport_view(fds[i].fd, fds[i].events & (POLLOUT | POLLWRNORM)))
-					ev |= (short)(fds[i].events & (POLLOUT | POLLWRNORM));
-			}
-			if (view[i] & 1)
-				ev |= (short)(fds[i].events & (POLLIN | POLLRDNORM));
-			else if ((ev & (POLLIN | POLLRDNORM)) && !(ev & (POLLHUP | POLLERR)) &&
-				 spurious_in(fds[i].fd))
-				ev &= (short)~(POLLIN | POLLRDNORM);
-			fds[i].revents = ev;
-			ready += ev != 0;
-		}
-		if (ready || (end != INT64_MAX && mono_ms() >= end) || hidden_in)
-			return ready;
-	}
-}
-
-int dsock_ready_select(int n, fd_set *rd, fd_set *w, fd_set *e, const struct timespec *t,
-		       const sigset_t *m, struct timeval *tv, int is_pselect)
-{
-	struct pollfd p[FD_SETSIZE];
-	int np = 0, r, count = 0;
-
-	if (n < 0 || n > FD_SETSIZE ||
-	    (atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) == 0 &&
-	     atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) == 0))
-		return (int)SYSRET(is_pselect ? dsock_real.pselect(n, rd, w, e, t, m)
-					      : dsock_real.select(n, rd, w, e, tv));
-	/* fast-path connections exist: select as poll, so both share the
-	 * readiness logic; same results, same errors */
-	for (int fd = 0; fd < n; fd++) {
-		short ev = (short)((rd && FD_ISSET(fd, rd) ? POLLIN : 0) |
-				   (w && FD_ISSET(fd, w) ? POLLOUT : 0) | (e && FD_ISSET(fd, e) ? POLLPRI : 0));
-		if (ev)
-			p[np++] = (struct pollfd){ .fd = fd, .events = ev };
-	}
-	if (is_pselect) {
-		r = dsock_ready_poll(p, (nfds_t)np, t, m, 1, 0);
-	} else {
-		int ms = tv ? (int)(tv->tv_sec * 1000 + (tv->tv_usec + 999) / 1000) : -1;
-		r = dsock_ready_poll(p, (nfds_t)np, NULL, NULL, 0, ms);
-		if (r >= 0 && tv && r == 0)
-			tv->tv_sec = tv->tv_usec = 0; /* Linux reports the time left */
-	}
-	if (r < 0)
-		return r;
-	for (int i = 0; i < np; i++)
-		if (p[i].revents & POLLNVAL)
-			return -EBADF;
-	if (rd) FD_ZERO(rd);
-	if (w) FD_ZERO(w);
-	if (e) FD_ZERO(e);
-	for (int i = 0; i < np; i++) {
-		short ev = p[i].revents;
-		if (rd && (p[i].events & POLLIN) && (ev & (POLLIN | POLLHUP | POLLERR))) {
-			FD_SET(p[i].fd, rd);
-			count++;
-		}
-		if (w && (p[i].events & POLLOUT) && (ev & (POLLOUT | POLLERR))) {
-			FD_SET(p[i].fd, w);
-			count++;
-		}
-		if (e && (p[i].events & POLLPRI) && (ev & POLLPRI)) {
-			FD_SET(p[i].fd, e);
-			count++;
-		}
-	}
-	return count;
 }

@@ -103,6 +103,10 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
 void dsock_epoll_forget_fd(int fd);
 void dsock_epoll_forget_range(unsigned first, unsigned last);
 
+/* 1 if the kernel's IN on fd is only a transport's wake-up tokens (now
+ * drained): not to be reported. */
+int dsock_ready_spurious_in(int fd);
+
 /* s, which tp carries: 1 if a send would not block, 0 if it would (a
  * wake-up for room is then asked for: want_space), -1 if tp does not say. */
 struct dsock_transport;

@@ -60,6 +60,14 @@ void dsock_sock_fork_child(void);
  * them to owner->release, as a racing caller may still be inside t. */
 void dsock_sock_attach(struct dsock_sock *s, const struct dsock_transport *t, void *priv);
 void dsock_sock_detach(struct dsock_sock *s, unsigned reason);
+/* Sockets carried by a transport with waits (transport.h): while > 0 the
+ * pollers look at each fd they are given. */
+extern _Atomic long dsock_waits_socks;
+/* What the kernel is asked to watch for s's epoll registrations follows
+ * its transport's waits again (epset.c): the transport calls it when they
+ * change, attach and detach when the transport does.  Takes the epoll
+ * registrations' lock: not to be called from a transport's waits op. */
+void dsock_sock_rewatch(struct dsock_sock *s);
 
 /* ---- fd table ---------------------------------------------------------- */
 #define DSOCK_FDT_CHUNK_BITS 10

@@ -7,12 +7,15 @@
 #include "common/reason.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 extern const struct dsock_transport dsock_shm_transport;
+extern const struct dsock_transport dsock_socketpair_transport;
 
 static const struct dsock_transport *const builtin[] = {
 	&dsock_shm_transport,
+	&dsock_socketpair_transport,
 };
 
 /* Every registered transport gets the process-wide hooks (one configured
@@ -22,8 +25,23 @@ static const struct dsock_transport *transports[DSOCK_TRANSPORTS_MAX];
 static int offers[DSOCK_TRANSPORTS_MAX];
 static int ntransports;
 
+/* 1 if the comma-separated list names name. */
+static int named(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = list; *p; p += strcspn(p, ",")) {
+		p += *p == ',';
+		if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == '\0'))
+			return 1;
+	}
+	return 0;
+}
+
 void dsock_transports_init(void)
 {
+	const char *list = getenv("DSOCK_TRANSPORTS");
+
 	for (size_t i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++) {
 		int r = builtin[i]->init ? builtin[i]->init() : 0;
 
@@ -32,7 +50,8 @@ void dsock_transports_init(void)
 		else if (dsock_transport_register(builtin[i]))
 			DSOCK_WARN("transport %s unavailable: too many transports", builtin[i]->name);
 		else
-			offers[ntransports - 1] = r == 0;
+			offers[ntransports - 1] =
+				r == 0 && (list ? named(list, builtin[i]->name) : !builtin[i]->on_request);
 	}
 }
 

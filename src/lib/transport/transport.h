@@ -14,6 +14,7 @@
 
 #include "common/proto.h"
 
+#include <poll.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -27,6 +28,10 @@ enum dsock_role { DSOCK_ROLE_CONNECT = DSOCK_OFFER_CONNECT, DSOCK_ROLE_ACCEPT = 
 struct dsock_transport {
 	const char *name;
 	unsigned id; /* enum dsock_path: its name to the daemon and in stat */
+	/* 1: offered connections only when DSOCK_TRANSPORTS names it (a
+	 * transport for the tests).  DSOCK_TRANSPORTS (names, comma-separated)
+	 * limits the offers to the transports it names. */
+	int on_request;
 	/* Take over the established connection on fd (0, with *priv its
 	 * state, which the socket layer attaches), or return -errno and the
 	 * kernel keeps it (*reason gets an enum dsock_reason). */
@@ -42,8 +47,10 @@ struct dsock_transport {
 	/* connect(AF_UNSPEC) on the connection: the kernel resets it, and the
 	 * transport lets go of it; returns the connect's result.  May be NULL. */
 	int (*disconnect)(struct dsock_sock *s, int fd);
-	/* Bytes readable now (FIONREAD), or -errno. */
-	long (*readable)(struct dsock_sock *s, int fd);
+	/* ioctl req on the socket answered into *val (FIONREAD: bytes
+	 * readable now; SIOCATMARK): 0, or -ENOTSUP when the kernel's answer
+	 * is right.  May be NULL. */
+	int (*ioctl)(struct dsock_sock *s, int fd, unsigned long req, int *val);
 	/* 1 when data is readable that the kernel socket does not show (our
 	 * pollers then report it); 0 when the kernel's readiness is right. */
 	int (*hidden_readable)(struct dsock_sock *s);
@@ -69,6 +76,21 @@ struct dsock_transport {
 	int (*handover)(struct dsock_sock *s, int fd);
 	/* The last fd referring to the socket is gone. */
 	void (*release)(struct dsock_sock *s);
+	/* ---- readiness of a transport whose wake-ups do not all come
+	 * through the application's kernel socket (a socket of its own, a
+	 * completion channel shared by many connections).  Both NULL: the
+	 * application's socket is the doorbell (the ops above refine what the
+	 * kernel says of it; lib/sock/ready.h). ---- */
+	/* The kernel fds a poller sleeps on for s's events (POLL* bits):
+	 * fills w[] (at most DSOCK_WAITS_MAX; fd itself among them with the
+	 * events the kernel is asked of it, other fds with theirs) and
+	 * returns how many.  An fd may serve many sockets.  When the answer
+	 * changes, the transport calls dsock_sock_rewatch(s). */
+	int (*waits)(struct dsock_sock *s, int fd, short events, struct pollfd *w);
+	/* s's events now (of `events`, plus POLLERR and POLLHUP), without
+	 * waiting: what poll(2) would say of fd. */
+	short (*poll)(struct dsock_sock *s, int fd, short events);
+
 	/* Process-wide: a thread of ours is about to sleep in the kernel
 	 * waiting on sockets (counted in dsock_sleepers): from now on every
 	 * arrival must show in the kernel's readiness. */
@@ -105,6 +127,7 @@ struct dsock_transport {
 #define DSOCK_ESLOW (-5000)
 
 #define DSOCK_TRANSPORTS_MAX 4
+#define DSOCK_WAITS_MAX 2
 
 /* Calls init of each transport the library is built with (registry.c)
  * and registers those that take part.  Start-up only. */

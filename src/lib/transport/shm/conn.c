@@ -568,18 +568,16 @@ void shm_fork_child(void)
 
 /* Called before the kernel close of a PENDING socket: wait (briefly) until
  * the daemon has let go of its copy, so the close is the last reference. */
+static int offer_done(void *arg)
+{
+	struct shm_conn *c = arg;
+
+	return c->state != SC_PENDING || c->offer_done;
+}
+
 void shm_wait_offer_done(struct dsock_sock *s)
 {
-	struct shm_conn *c = shm_conn(s);
-	int64_t end = dsock_mono_ns() + 200 * 1000000LL;
-
-	while (c->state == SC_PENDING && !c->offer_done && dsock_mono_ns() < end) {
-		struct pollfd p = { .fd = dsock_ctl_fd(), .events = POLLIN };
-		dsock_ctl_read_mail();
-		if (c->offer_done || p.fd < 0)
-			break;
-		dsock_real.poll(&p, 1, 5);
-	}
+	dsock_ctl_mail_until(offer_done, shm_conn(s), 200);
 }
 
 void shm_before_close(struct dsock_sock *s, int fd)

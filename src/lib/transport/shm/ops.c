@@ -156,6 +156,16 @@ int shm_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void 
 	return 0;
 }
 
+static int shm_ioctl(struct dsock_sock *s, int fd, unsigned long req, int *val)
+{
+	long n;
+
+	if (req != FIONREAD || (n = shm_readable(s, fd)) < 0)
+		return -ENOTSUP;
+	*val = (int)n;
+	return 0;
+}
+
 int shm_spurious_in(struct dsock_sock *s, int fd)
 {
 	struct shm_conn *c = shm_conn(s);
@@ -239,7 +249,7 @@ const struct dsock_transport dsock_shm_transport = {
 	.recvmsg = shm_recvmsg,
 	.shutdown = shm_shutdown,
 	.disconnect = shm_disconnect,
-	.readable = shm_readable,
+	.ioctl = shm_ioctl,
 	.hidden_readable = shm_hidden_readable,
 	.rx_mark = shm_rx_mark,
 	.spurious_in = shm_spurious_in,

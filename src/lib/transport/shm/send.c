@@ -1,6 +1,7 @@
 /* Sending on the shm transport (the receive is recv.c's). */
 #include "lib/transport/shm/ring.h"
 #include "lib/base/grow.h"
+#include "lib/base/signals.h"
 #include "lib/base/proc.h"
 #include "lib/base/real.h"
 #include "lib/sock/ready.h"
@@ -162,24 +163,6 @@ static ssize_t send_rest_plain(int fd, const struct msghdr *m, size_t off, int f
 	return (ssize_t)off + r;
 }
 
-/* Our wait for ring space was interrupted by a signal before this call
- * sent a byte: would the kernel's send have been restarted?  It is when
- * the handler has SA_RESTART (a timed futex wait, ours, never is).  Which
- * signal came is not known, so only when every handled signal has it: a
- * program with a handler that lacks it expects EINTR from a send.  Rare:
- * one look at the handlers per interrupted wait. */
-static int signals_restart(void)
-{
-	for (int sig = 1; sig < _NSIG; sig++) {
-		struct sigaction sa;
-		if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
-			continue;
-		if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
-			return 0;
-	}
-	return 1;
-}
-
 static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
 {
 	struct shm_conn *c = shm_conn(s);
@@ -303,7 +286,7 @@ again:
 					dsock_mono_ns() + tv.tv_sec * 1000000000LL + tv.tv_usec * 1000LL : INT64_MAX;
 			}
 			err = dsock_mono_ns() >= deadline ? -EAGAIN : wait_space(c, fd);
-			if (err == -EINTR && !done && signals_restart())
+			if (err == -EINTR && !done && dsock_signals_restart())
 				err = 0;
 			if (err == -EPIPE)
 				err = peer_closed_probe(fd, flags) ?: -EPIPE;

@@ -1,0 +1,247 @@
+/* poll, ppoll, select and pselect on sockets a transport carries
+ * (ready.h): the kernel's answer, with what the transports know added. */
+#include "lib/sock/ready.h"
+#include "lib/sock/epset.h"
+#include "lib/sock/sock.h"
+#include "lib/base/real.h"
+#include "lib/base/sysret.h"
+#include "lib/transport/transport.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define WAITS_SLICE_MS 10 /* a sleeping poll asks the transports' waits again this often */
+
+/* k, fd's entry: the kernel's part of its transport's waits (k's events
+ * for fd itself, the other fds appended at more); returns how many were
+ * appended. */
+static int add_waits(struct pollfd *k, struct pollfd *more, short events)
+{
+	const struct dsock_transport *tp;
+	struct dsock_sock *s = dsock_sock_carried(k->fd, &tp);
+	struct pollfd w[DSOCK_WAITS_MAX];
+	int nw, added = 0;
+
+	if (!s)
+		return 0;
+	nw = tp->waits ? tp->waits(s, k->fd, events, w) : 0;
+	dsock_sock_put(s);
+	if (nw <= 0)
+		return 0;
+	k->events = 0;
+	for (int j = 0; j < nw; j++) {
+		if (w[j].fd == k->fd)
+			k->events = w[j].events;
+		else
+			more[added++] = (struct pollfd){ .fd = w[j].fd, .events = w[j].events };
+	}
+	return added;
+}
+
+/* fd's events by its transport's view (or the kernel's, should it have gone
+ * back meanwhile). */
+static short watched_poll(int fd, short events)
+{
+	const struct dsock_transport *tp;
+	struct dsock_sock *s = dsock_sock_carried(fd, &tp);
+	struct pollfd p = { .fd = fd, .events = events };
+	short ev;
+
+	if (s && tp->poll) {
+		ev = tp->poll(s, fd, events);
+		dsock_sock_put(s);
+		return (short)(ev & (events | POLLERR | POLLHUP));
+	}
+	if (s)
+		dsock_sock_put(s);
+	return dsock_real.poll(&p, 1, 0) == 1 ? p.revents : 0;
+}
+
+/* What a transport says about fd: 1 hidden readable, 2 not writable, 4 its
+ * waits stand for it (add_waits, watched_poll).  An
+ * epoll set is readable when a member's data is hidden (the kernel shows
+ * the set's readiness from its members' kernel readiness only). */
+static int transport_view(int fd, short events)
+{
+	const struct dsock_transport *tp;
+	struct dsock_sock *s;
+	int v = 0;
+
+	if (!dsock_fdt_peek(fd))
+		return (events & (POLLIN | POLLRDNORM)) && dsock_epset_readable(fd);
+	if (!(s = dsock_sock_carried(fd, &tp)))
+		return 0;
+	if (tp->waits) {
+		dsock_sock_put(s);
+		return 4;
+	}
+	if ((events & (POLLIN | POLLRDNORM)) && tp->hidden_readable && tp->hidden_readable(s))
+		v |= 1;
+	if ((events & (POLLOUT | POLLWRNORM)) && dsock_tp_writable(s, tp) == 0)
+		v |= 2;
+	dsock_sock_put(s);
+	return v;
+}
+
+static int64_t mono_ms(void)
+{
+	return dsock_mono_ns() / 1000000;
+}
+
+int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, const sigset_t *m, int is_ppoll,
+		     int timeout_ms)
+{
+	int any = 0;
+	int64_t end;
+
+	int waits = atomic_load_explicit(&dsock_waits_socks, memory_order_relaxed) > 0;
+
+	if (atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) > 0 ||
+	    atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0 || waits)
+		for (nfds_t i = 0; i < n && !any; i++) {
+			struct dsock_sock *s = fds[i].fd >= 0 ? dsock_fdt_peek(fds[i].fd) : NULL;
+			any = s ? __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) != NULL :
+				  fds[i].fd >= 0 && dsock_epset_is_set(fds[i].fd);
+		}
+	if (!any)
+		return (int)SYSRET(is_ppoll ? dsock_real.ppoll(fds, n, t, m) : dsock_real.poll(fds, n, timeout_ms));
+	if (is_ppoll)
+		timeout_ms = t ? (int)(t->tv_sec * 1000 + t->tv_nsec / 1000000) : -1;
+	end = timeout_ms < 0 ? INT64_MAX : mono_ms() + timeout_ms;
+	for (;;) {
+		struct pollfd k[n ? n + (waits ? n * DSOCK_WAITS_MAX : 0) : 1];
+		int view[n ? n : 1], hidden_in = 0, r, ready = 0, e, waited = 0;
+		nfds_t nk = n;
+		int64_t left;
+
+		/* we may sleep: end the leases before looking (see ready.h) */
+		int sleeping = timeout_ms != 0;
+		if (sleeping) {
+			atomic_fetch_add(&dsock_sleepers, 1);
+			dsock_transports_before_sleep();
+		}
+		for (nfds_t i = 0; i < n; i++) {
+			k[i] = fds[i];
+			view[i] = fds[i].fd >= 0 ? transport_view(fds[i].fd, fds[i].events) : 0;
+			if (view[i] & 4) {
+				/* its transport's wait fds stand for it */
+				nk += add_waits(&k[i], &k[nk], fds[i].events);
+				waited = 1;
+				continue;
+			}
+			hidden_in |= view[i] & 1;
+			/* waiting for space: the consumer's token makes it readable;
+			 * a consumer that is gone shows as the kernel's FIN or error */
+			if (view[i] & 2)
+				k[i].events = (short)((k[i].events & ~(POLLOUT | POLLWRNORM)) | POLLIN | POLLRDHUP);
+		}
+		left = hidden_in ? 0 : end == INT64_MAX ? -1 : end - mono_ms();
+		if (left < 0 && end != INT64_MAX)
+			left = 0; /* past the deadline: -1 waits forever */
+		/* a transport's waits may change while we sleep (epoll
+		 * registrations follow at once, dsock_sock_rewatch): looked at
+		 * again every WAITS_SLICE_MS */
+		if (waited && (left < 0 || left > WAITS_SLICE_MS))
+			left = WAITS_SLICE_MS;
+		long long wait_start = sleeping && left ? dsock_mono_ns() : 0;
+		if (is_ppoll) {
+			struct timespec ts = { left / 1000, (left % 1000) * 1000000 };
+			r = dsock_real.ppoll(k, nk, left < 0 ? NULL : &ts, m);
+		} else {
+			r = dsock_real.poll(k, nk, (int)left);
+		}
+		e = errno;
+		if (sleeping) {
+			atomic_fetch_sub(&dsock_sleepers, 1);
+			if (left)
+				dsock_wait_end(wait_start);
+		}
+		if (r < 0)
+			return -e;
+		for (nfds_t i = 0; i < n; i++) {
+			short ev = k[i].revents;
+			if (view[i] & 4) {
+				ev = (short)((ev & POLLNVAL) | (ev & POLLNVAL ? 0 : watched_poll(fds[i].fd, fds[i].events)));
+				fds[i].revents = ev;
+				ready += ev != 0;
+				continue;
+			}
+			if (view[i] & 2) {
+				/* our own IN and RDHUP; keep them only if asked for */
+				if (!(fds[i].events & POLLIN))
+					ev &= (short)~POLLIN;
+				if (!(fds[i].events & POLLRDHUP))
+					ev &= (short)~POLLRDHUP;
+				/* writable once there is space, or once the peer is
+				 * gone (the send then says how, as the kernel's would) */
+				if ((k[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) ||
+				    !transport_view(fds[i].fd, fds[i].events & (POLLOUT | POLLWRNORM)))
+					ev |= (short)(fds[i].events & (POLLOUT | POLLWRNORM));
+			}
+			if (view[i] & 1)
+				ev |= (short)(fds[i].events & (POLLIN | POLLRDNORM));
+			else if ((ev & (POLLIN | POLLRDNORM)) && !(ev & (POLLHUP | POLLERR)) &&
+				 dsock_ready_spurious_in(fds[i].fd))
+				ev &= (short)~(POLLIN | POLLRDNORM);
+			fds[i].revents = ev;
+			ready += ev != 0;
+		}
+		if (ready || (end != INT64_MAX && mono_ms() >= end) || hidden_in)
+			return ready;
+	}
+}
+
+int dsock_ready_select(int n, fd_set *rd, fd_set *w, fd_set *e, const struct timespec *t,
+		       const sigset_t *m, struct timeval *tv, int is_pselect)
+{
+	struct pollfd p[FD_SETSIZE];
+	int np = 0, r, count = 0;
+
+	if (n < 0 || n > FD_SETSIZE ||
+	    (atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) == 0 &&
+	     atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) == 0 &&
+	     atomic_load_explicit(&dsock_waits_socks, memory_order_relaxed) == 0))
+		return (int)SYSRET(is_pselect ? dsock_real.pselect(n, rd, w, e, t, m)
+					      : dsock_real.select(n, rd, w, e, tv));
+	/* fast-path connections exist: select as poll, so both share the
+	 * readiness logic; same results, same errors */
+	for (int fd = 0; fd < n; fd++) {
+		short ev = (short)((rd && FD_ISSET(fd, rd) ? POLLIN : 0) |
+				   (w && FD_ISSET(fd, w) ? POLLOUT : 0) | (e && FD_ISSET(fd, e) ? POLLPRI : 0));
+		if (ev)
+			p[np++] = (struct pollfd){ .fd = fd, .events = ev };
+	}
+	if (is_pselect) {
+		r = dsock_ready_poll(p, (nfds_t)np, t, m, 1, 0);
+	} else {
+		int ms = tv ? (int)(tv->tv_sec * 1000 + (tv->tv_usec + 999) / 1000) : -1;
+		r = dsock_ready_poll(p, (nfds_t)np, NULL, NULL, 0, ms);
+		if (r >= 0 && tv && r == 0)
+			tv->tv_sec = tv->tv_usec = 0; /* Linux reports the time left */
+	}
+	if (r < 0)
+		return r;
+	for (int i = 0; i < np; i++)
+		if (p[i].revents & POLLNVAL)
+			return -EBADF;
+	if (rd) FD_ZERO(rd);
+	if (w) FD_ZERO(w);
+	if (e) FD_ZERO(e);
+	for (int i = 0; i < np; i++) {
+		short ev = p[i].revents;
+		if (rd && (p[i].events & POLLIN) && (ev & (POLLIN | POLLHUP | POLLERR))) {
+			FD_SET(p[i].fd, rd);
+			count++;
+		}
+		if (w && (p[i].events & POLLOUT) && (ev & (POLLOUT | POLLERR))) {
+			FD_SET(p[i].fd, w);
+			count++;
+		}
+		if (e && (p[i].events & POLLPRI) && (ev & POLLPRI)) {
+			FD_SET(p[i].fd, e);
+			count++;
+		}
+	}
+	return count;
+}

@@ -1,0 +1,561 @@
+/* Connection life of the socketpair transport (sp.h): offer, the
+ * daemon's answer, the shared state page, going back, reset, fork, exec,
+ * release. */
+#include "lib/transport/socketpair/sp.h"
+#include "lib/ctl/ctl.h"
+#include "lib/sock/sock.h"
+#include "lib/base/clock.h"
+#include "lib/base/exec_target.h"
+#include "lib/base/proc.h"
+#include "lib/base/real.h"
+#include "common/log.h"
+#include "common/proto.h"
+#include "common/reason.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#define PAGE 4096
+#define FDS_NEEDED 1024 /* below this fd limit it declines */
+#define PENDING_GIVE_UP_NS (2000 * 1000000LL) /* no answer: the kernel keeps it */
+
+static pthread_mutex_t pending_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sp_conn *pending;
+static _Atomic long n_carried, n_back;
+
+int sp_lock(pthread_mutex_t *m)
+{
+	int r = pthread_mutex_lock(m);
+
+	if (r == EOWNERDEAD) /* a holder died inside: the state is whole (no
+			      * section leaves it half-written) */
+		r = pthread_mutex_consistent(m);
+	return -r;
+}
+
+void sp_unlock(pthread_mutex_t *m)
+{
+	pthread_mutex_unlock(m);
+}
+
+static int shared_mutex(pthread_mutex_t *m)
+{
+	pthread_mutexattr_t a;
+	int r;
+
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	r = pthread_mutex_init(m, &a);
+	pthread_mutexattr_destroy(&a);
+	return -r;
+}
+
+/* A connection on the page in memfd (ours from now on), or NULL. */
+static struct sp_conn *map_conn(struct dsock_sock *s, int memfd)
+{
+	struct sp_conn *c = calloc(1, sizeof(*c));
+	void *p = MAP_FAILED;
+
+	if (c)
+		p = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (p == MAP_FAILED) {
+		free(c);
+		return NULL;
+	}
+	c->sock = s;
+	c->sh = p;
+	c->memfd = memfd;
+	c->pairfd = -1;
+	return c;
+}
+
+static void unlink_pending(struct sp_conn *c)
+{
+	pthread_mutex_lock(&pending_mu);
+	for (struct sp_conn **p = &pending; *p; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	pthread_mutex_unlock(&pending_mu);
+}
+
+static int sp_offer(struct dsock_sock *s, int fd, int role, void **priv, unsigned *reason)
+{
+	struct sp_conn *c;
+	struct rlimit rl;
+	int memfd, r, lowat = 0;
+	socklen_t ll = sizeof(lowat);
+
+	/* the protocol counts the kernel's bytes from the connection's start:
+	 * one dsock did not see from there is left to the kernel */
+	if (atomic_load(&s->flags) & DSOCK_SF_INHERITED) {
+		*reason = DSOCK_R_INHERITED;
+		return -ENOTSUP;
+	}
+	/* SO_RCVLOWAT (inherited from a listener) is the kernel's to apply */
+	if (dsock_real.getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, &ll) == 0 && lowat > 1) {
+		*reason = DSOCK_R_RCVLOWAT;
+		return -ENOTSUP;
+	}
+	/* the pair and the page take two fds the application may need */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < FDS_NEEDED) {
+		*reason = DSOCK_R_RESOURCE;
+		return -EMFILE;
+	}
+	memfd = memfd_create("dsock-sp", MFD_CLOEXEC);
+	if (memfd < 0 || ftruncate(memfd, PAGE) < 0 || !(c = map_conn(s, memfd))) {
+		if (memfd >= 0)
+			dsock_real.close(memfd);
+		*reason = DSOCK_R_RESOURCE;
+		return -ENOMEM;
+	}
+	if (shared_mutex(&c->sh->tx_mu) || shared_mutex(&c->sh->rx_mu)) {
+		munmap(c->sh, PAGE);
+		dsock_real.close(memfd);
+		free(c);
+		*reason = DSOCK_R_RESOURCE;
+		return -ENOMEM;
+	}
+	c->role = role;
+	c->pending_since = dsock_mono_ns();
+	/* the application's timeouts (a listener's are inherited) */
+	ll = sizeof(c->sh->rcvtimeo);
+	dsock_real.getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &c->sh->rcvtimeo, &ll);
+	ll = sizeof(c->sh->sndtimeo);
+	dsock_real.getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &c->sh->sndtimeo, &ll);
+	pthread_mutex_lock(&pending_mu);
+	c->next = pending;
+	pending = c;
+	pthread_mutex_unlock(&pending_mu);
+	r = dsock_ctl_offer(s->id, fd, (unsigned)role, DSOCK_PATH_SOCKETPAIR, DSOCK_PROOF_NETNS);
+	if (r < 0) {
+		unlink_pending(c);
+		munmap(c->sh, PAGE);
+		dsock_real.close(memfd);
+		free(c);
+		*reason = DSOCK_R_NO_DAEMON;
+		return r;
+	}
+	*priv = c;
+	*reason = DSOCK_R_PENDING;
+	return 0;
+}
+
+void sp_count_carried(struct sp_conn *c)
+{
+	if (!c->carried) {
+		c->carried = 1;
+		atomic_fetch_add(&n_carried, 1);
+	}
+}
+
+void sp_maybe_detach(struct sp_conn *c)
+{
+	struct sp_shared *sh = c->sh;
+
+	if (atomic_load(&sh->tx) != SPTX_BACK || atomic_load(&sh->rx) != SPRX_BACK ||
+	    __atomic_load_n(&c->sock->tp, __ATOMIC_ACQUIRE) != &dsock_socketpair_transport)
+		return;
+	if (c->carried && !c->counted_back) {
+		c->counted_back = 1;
+		atomic_fetch_add(&n_back, 1);
+	}
+	dsock_sock_detach(c->sock, (unsigned)atomic_load(&sh->back_reason));
+}
+
+/* The answer will not be used (refused, gone): the kernel keeps it. */
+static void refuse(struct sp_conn *c, unsigned reason)
+{
+	int none = 0;
+
+	atomic_compare_exchange_strong(&c->sh->back_reason, &none, (int)reason);
+	atomic_store(&c->sh->state, SP_REFUSED);
+	atomic_store(&c->sh->tx, SPTX_BACK);
+	atomic_store(&c->sh->rx, SPRX_BACK);
+	sp_maybe_detach(c);
+}
+
+static void on_result(const struct dsock_msg_result *r, int fd)
+{
+	struct sp_conn *c = NULL, **p;
+	struct sp_shared *sh;
+	uint64_t hello = SP_HELLO;
+
+	pthread_mutex_lock(&pending_mu);
+	for (c = pending; c && c->sock->id != r->sock_id; c = c->next)
+		;
+	if (c)
+		atomic_store(&c->offer_done, 1);
+	c = NULL;
+	if (r->result == DSOCK_RES_HELD) { /* the offer waits for the other end's */
+		pthread_mutex_unlock(&pending_mu);
+		if (fd >= 0)
+			dsock_real.close(fd);
+		return;
+	}
+	for (p = &pending; *p; p = &(*p)->next)
+		if ((*p)->sock->id == r->sock_id) {
+			c = *p;
+			*p = c->next;
+			break;
+		}
+	pthread_mutex_unlock(&pending_mu);
+	DSOCK_DBG("result for sock %llu: %s (reason %s)%s", (unsigned long long)r->sock_id,
+		  r->result == DSOCK_RES_PAIRED ? "paired" : "kernel", dsock_reason_name(r->reason),
+		  c ? "" : ", no longer pending");
+	if (!c || r->result != DSOCK_RES_PAIRED || fd < 0 || atomic_load(&c->sh->refuse)) {
+		if (fd >= 0)
+			dsock_real.close(fd);
+		if (c)
+			refuse(c, atomic_load(&c->sh->refuse) ? (unsigned)atomic_load(&c->sh->refuse)
+							     : r->result == DSOCK_RES_PAIRED ? DSOCK_R_RESOURCE : r->reason);
+		return;
+	}
+	sh = c->sh;
+	dsock_real.fcntl(fd, F_SETFD, FD_CLOEXEC);
+	/* the application's timeouts hold for the waits on the pair too */
+	if (sh->rcvtimeo.tv_sec || sh->rcvtimeo.tv_usec)
+		dsock_real.setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &sh->rcvtimeo, sizeof(sh->rcvtimeo));
+	if (sh->sndtimeo.tv_sec || sh->sndtimeo.tv_usec)
+		dsock_real.setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &sh->sndtimeo, sizeof(sh->sndtimeo));
+	__atomic_store_n(&c->pairfd, fd, __ATOMIC_RELEASE);
+	/* HELLO before PAIRED: a sender's SWITCH, which needs PAIRED, comes
+	 * after it in the pair (no lock: a sender may be blocked in the
+	 * kernel holding tx_mu, waiting for the reader this may be) */
+	if (dsock_real.send(fd, &hello, sizeof(hello), MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(hello))
+		atomic_store(&sh->tx, SPTX_BACK); /* it cannot switch: the kernel carries our bytes */
+	atomic_store(&sh->state, SP_PAIRED);
+	DSOCK_DBG("sock %llu paired through a socketpair (side %u)", (unsigned long long)r->sock_id, r->side);
+	dsock_sock_rewatch(c->sock);
+}
+
+void sp_progress(struct sp_conn *c)
+{
+	if (atomic_load_explicit(&c->sh->state, memory_order_acquire) != SP_PENDING || !c->pending_since)
+		return;
+	dsock_ctl_poll_mail();
+	if (atomic_load(&c->sh->state) == SP_PENDING && dsock_mono_ns() - c->pending_since > PENDING_GIVE_UP_NS) {
+		dsock_ctl_read_mail();
+		if (atomic_load(&c->sh->state) == SP_PENDING) {
+			unlink_pending(c);
+			c->pending_since = 0;
+			atomic_store(&c->sh->refuse, DSOCK_R_PEER_TIMEOUT);
+			refuse(c, DSOCK_R_PEER_TIMEOUT);
+		}
+	}
+}
+
+int sp_reset(struct dsock_sock *s, int fd, unsigned reason)
+{
+	struct sp_conn *c = sp_conn(s);
+	struct sockaddr sa = { .sa_family = AF_UNSPEC };
+
+	/* the pair first: the peer then reads the kernel, where the RST is */
+	if (c) {
+		int pf = __atomic_load_n(&c->pairfd, __ATOMIC_ACQUIRE);
+		if (pf >= 0)
+			dsock_real.shutdown(pf, SHUT_RDWR);
+	}
+	/* as on an RST: ECONNRESET for the next call, then EOF (conn.c of
+	 * shm says why both calls) */
+	if (dsock_real.connect(fd, &sa, sizeof(sa)) < 0) {
+		struct linger lg = { 1, 0 };
+		dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	}
+	dsock_real.shutdown(fd, SHUT_RDWR);
+	if (c) {
+		atomic_store(&c->sh->back_reason, (int)reason);
+		atomic_store(&c->sh->tx, SPTX_BACK);
+		atomic_store(&c->sh->rx, SPRX_BACK);
+		sp_maybe_detach(c);
+	}
+	return -ECONNRESET;
+}
+
+static int sp_disconnect(struct dsock_sock *s, int fd)
+{
+	struct sp_conn *c = sp_conn(s);
+	struct sockaddr sa = { .sa_family = AF_UNSPEC };
+	int r;
+
+	if (c)
+		sp_go_back(c, DSOCK_R_NOT_ESTABLISHED);
+	r = dsock_real.connect(fd, &sa, sizeof(sa)) < 0 ? -errno : 0;
+	if (c) {
+		atomic_store(&c->sh->rx, SPRX_BACK);
+		sp_maybe_detach(c);
+	}
+	return r;
+}
+
+/* The process's last fd of the socket is about to close: bytes of the
+ * peer's unread in the pair make it a reset, as unread bytes in the
+ * kernel's queue would; our end of the pair closes first, so the peer
+ * finds the kernel's FIN or RST where its EOF sends it. */
+static int offer_done(void *arg)
+{
+	struct sp_conn *c = arg;
+
+	return atomic_load(&c->offer_done) || atomic_load(&c->sh->state) != SP_PENDING;
+}
+
+static void sp_closing(struct dsock_sock *s, int fd)
+{
+	struct sp_conn *c = sp_conn(s);
+	int pf, n = 0;
+
+	/* the daemon holds a copy of a socket it has not answered for: the
+	 * close is the last reference (epoll forgets it, a FIN goes) only
+	 * once it let go */
+	if (c && c->pending_since && atomic_load(&c->sh->state) == SP_PENDING)
+		dsock_ctl_mail_until(offer_done, c, 200);
+
+	if (!c || (pf = __atomic_exchange_n(&c->pairfd, -1, __ATOMIC_ACQ_REL)) < 0)
+		return;
+	if (atomic_load(&c->sh->rx) == SPRX_PAIR && dsock_real.ioctl(pf, FIONREAD, &n) == 0 && n > 0) {
+		struct linger lg = { 1, 0 };
+		dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	}
+	dsock_real.close(pf);
+}
+
+/* The last reference. */
+static void sp_release(struct dsock_sock *s)
+{
+	struct sp_conn *c = sp_conn(s);
+
+	if (!c)
+		return;
+	if (c->pending_since && atomic_load(&c->sh->state) == SP_PENDING)
+		unlink_pending(c);
+	if (c->pairfd >= 0)
+		dsock_real.close(c->pairfd);
+	munmap(c->sh, PAGE);
+	dsock_real.close(c->memfd);
+	free(c);
+}
+
+/* ---- fork and exec ------------------------------------------------------ */
+/* An answer still pending reaches only this process: the child could not
+ * read the pair its parent would, so such a connection stays on the kernel
+ * in both. */
+static void sp_fork_prepare(void)
+{
+	pthread_mutex_lock(&pending_mu);
+	for (struct sp_conn *c = pending; c; c = c->next)
+		atomic_store(&c->sh->refuse, DSOCK_R_FORKED);
+}
+
+static void sp_fork_parent(void)
+{
+	pthread_mutex_unlock(&pending_mu);
+}
+
+static void sp_fork_child(void)
+{
+	struct sp_conn *c = pending;
+
+	pending = NULL;
+	pthread_mutex_init(&pending_mu, NULL);
+	for (struct sp_conn *n; c; c = n) {
+		n = c->next;
+		c->pending_since = 0;
+		refuse(c, DSOCK_R_FORKED);
+	}
+}
+
+struct exec_walk {
+	char *buf;
+	size_t n, used;
+	const struct dsock_exec_target *target;
+	int runs_dsock; /* -1: not known yet */
+	int restore;
+};
+
+static void exec_one(int fd, struct dsock_sock *s, void *arg)
+{
+	struct exec_walk *w = arg;
+	struct sp_conn *c;
+	int fl, len;
+
+	if (__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) != &dsock_socketpair_transport || !(c = sp_conn(s)))
+		return;
+	if (w->restore) {
+		if (c->pairfd >= 0)
+			dsock_real.fcntl(c->pairfd, F_SETFD, FD_CLOEXEC);
+		dsock_real.fcntl(c->memfd, F_SETFD, FD_CLOEXEC);
+		return;
+	}
+	if (atomic_load(&c->sh->state) != SP_PAIRED) {
+		atomic_store(&c->sh->refuse, DSOCK_R_FORKED); /* the new program will not hear the answer */
+		return;
+	}
+	fl = dsock_real.fcntl(fd, F_GETFD);
+	if (fl < 0 || (fl & FD_CLOEXEC))
+		return;
+	if (w->runs_dsock < 0)
+		w->runs_dsock = dsock_exec_runs_dsock(w->target);
+	len = w->runs_dsock ? snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%d", w->used ? "," : "", fd,
+				       c->pairfd, c->memfd)
+			    : -1;
+	if (len < 0 || (size_t)len >= w->n - w->used) {
+		sp_handover(s, fd);
+		return;
+	}
+	dsock_real.fcntl(c->pairfd, F_SETFD, 0);
+	dsock_real.fcntl(c->memfd, F_SETFD, 0);
+	w->used += (size_t)len;
+}
+
+static size_t sp_exec_env(char *buf, size_t n, int spawn, const struct dsock_exec_target *t)
+{
+	static const char name[] = "DSOCK_EXEC_SOCKETPAIR=";
+	struct exec_walk w = { .buf = buf + sizeof(name) - 1, .n = n - (sizeof(name) - 1), .target = t,
+			       .runs_dsock = -1 };
+
+	if (n <= sizeof(name))
+		return 0;
+	dsock_fdt_walk(exec_one, &w);
+	if (!w.used)
+		return 0;
+	memcpy(buf, name, sizeof(name) - 1);
+	return sizeof(name) - 1 + w.used;
+}
+
+static void sp_exec_failed(void)
+{
+	struct exec_walk w = { .restore = 1 };
+
+	dsock_fdt_walk(exec_one, &w);
+}
+
+/* An fd handed over by the old program, for one more connection of ours:
+ * the first use takes it, later ones a copy above it (a lower number may
+ * be one the application expects the exec to have closed). */
+static int take(int fd, int *used, int *nused)
+{
+	for (int i = 0; i < *nused; i++)
+		if (used[i] == fd)
+			return dsock_real.fcntl(fd, F_DUPFD_CLOEXEC, fd + 1);
+	if (*nused < 64)
+		used[(*nused)++] = fd;
+	dsock_real.fcntl(fd, F_SETFD, FD_CLOEXEC);
+	return fd;
+}
+
+/* In the new program: the connections the old one handed over.  Each fd
+ * of a connection gets its own copies of the pair's end and the page. */
+static void sp_adopt(void)
+{
+	const char *env = getenv("DSOCK_EXEC_SOCKETPAIR");
+	int handed[128], nhanded = 0, used[64], nused = 0;
+	char copy[1024];
+
+	if (!env)
+		return;
+	snprintf(copy, sizeof(copy), "%s", env);
+	unsetenv("DSOCK_EXEC_SOCKETPAIR");
+	for (char *save, *e = strtok_r(copy, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+		int fd, pairfd, memfd, pf = -1, mf = -1;
+		struct dsock_sock *s;
+		struct sp_conn *c = NULL;
+
+		if (sscanf(e, "%d:%d:%d", &fd, &pairfd, &memfd) != 3)
+			continue;
+		for (int i = 0; i < 2 && nhanded < 128; i++)
+			handed[nhanded++] = i ? memfd : pairfd;
+		s = dsock_fdt_get(fd);
+		if (s && !s->tp) {
+			pf = take(pairfd, used, &nused);
+			mf = take(memfd, used, &nused);
+		}
+		if (pf >= 0 && mf >= 0 && (c = map_conn(s, mf))) {
+			c->pairfd = pf;
+			c->carried = 1; /* counted by the old program */
+			c->counted_back = 1;
+			s->reason = DSOCK_R_NONE;
+			s->state = DSOCK_ST_CONNECTED;
+			dsock_sock_attach(s, &dsock_socketpair_transport, c);
+		} else {
+			if (pf >= 0)
+				dsock_real.close(pf);
+			if (mf >= 0)
+				dsock_real.close(mf);
+		}
+		if (s)
+			dsock_sock_put(s);
+	}
+	/* the ones no connection took */
+	for (int i = 0; i < nhanded; i++) {
+		int keep = 0;
+		for (int j = 0; j < i; j++)
+			keep |= handed[j] == handed[i];
+		for (int j = 0; j < nused; j++)
+			keep |= used[j] == handed[i];
+		if (!keep)
+			dsock_real.close(handed[i]);
+	}
+}
+
+static void exit_one(int fd, struct dsock_sock *s, void *arg)
+{
+	if (__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) == &dsock_socketpair_transport)
+		sp_closing(s, fd);
+}
+
+static void sp_exit(void)
+{
+	dsock_fdt_walk(exit_one, NULL);
+}
+
+static void sp_counts(long *carried, long *back)
+{
+	*carried = atomic_load(&n_carried);
+	*back = atomic_load(&n_back);
+}
+
+static int sp_init(void)
+{
+	const char *on = getenv("DSOCK_FASTPATH");
+
+	if (on && !strcmp(on, "0"))
+		return 1;
+	dsock_ctl_set_result_handler(DSOCK_PATH_SOCKETPAIR, on_result);
+	return 0;
+}
+
+const struct dsock_transport dsock_socketpair_transport = {
+	.name = "socketpair",
+	.id = DSOCK_PATH_SOCKETPAIR,
+	.on_request = 1,
+	.offer = sp_offer,
+	.sendmsg = sp_sendmsg,
+	.recvmsg = sp_recvmsg,
+	.shutdown = sp_shutdown,
+	.disconnect = sp_disconnect,
+	.ioctl = sp_ioctl,
+	.closing = sp_closing,
+	.sockopt = sp_sockopt,
+	.handover = sp_handover,
+	.release = sp_release,
+	.waits = sp_waits,
+	.poll = sp_poll,
+	.init = sp_init,
+	.adopt = sp_adopt,
+	.fork_prepare = sp_fork_prepare,
+	.fork_parent = sp_fork_parent,
+	.fork_child = sp_fork_child,
+	.exec_env = sp_exec_env,
+	.exec_failed = sp_exec_failed,
+	.exit = sp_exit,
+	.counts = sp_counts,
+};

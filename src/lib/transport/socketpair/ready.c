@@ -1,0 +1,120 @@
+/* Readiness on the socketpair transport: the peer's bytes arrive on the
+ * pair, not on the application's socket, so a poller waits on both
+ * (waits) and asks what they mean (poll). */
+#include "lib/transport/socketpair/sp.h"
+#include "lib/sock/sock.h"
+#include "lib/base/real.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#define IN_BITS (POLLIN | POLLRDNORM)
+#define OUT_BITS (POLLOUT | POLLWRNORM | POLLWRBAND)
+
+int sp_waits(struct dsock_sock *s, int fd, short events, struct pollfd *w)
+{
+	struct sp_conn *c = sp_conn(s);
+	struct sp_shared *sh = c->sh;
+	int pf = __atomic_load_n(&c->pairfd, __ATOMIC_ACQUIRE), n = 0;
+	int paired = atomic_load(&sh->state) == SP_PAIRED && pf >= 0;
+	int tx = atomic_load(&sh->tx), rx = atomic_load(&sh->rx);
+	short pev = 0;
+
+	/* the kernel's socket: its own events (our bytes before the switch,
+	 * the peer's after its move back, FIN, RST, urgent data), except
+	 * room to send while we send through the pair */
+	w[n++] = (struct pollfd){ .fd = fd, .events = (short)(paired && tx == SPTX_PAIR ? events & ~OUT_BITS : events) };
+	if (!paired)
+		return n;
+	/* the pair: the peer's headers and bytes until its EOF, and room */
+	if ((events & IN_BITS) && rx != SPRX_BACK)
+		pev |= POLLIN;
+	if ((events & OUT_BITS) && tx == SPTX_PAIR)
+		pev |= POLLOUT;
+	if (pev)
+		w[n++] = (struct pollfd){ .fd = pf, .events = pev };
+	return n;
+}
+
+/* 1 if the pair has bytes to read; 0 if not; -1 at its EOF or reset. */
+static int pair_readable(int pf)
+{
+	char b;
+	ssize_t r = dsock_real.recv(pf, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	if (r > 0)
+		return 1;
+	return r == 0 || errno != EAGAIN ? -1 : 0;
+}
+
+/* The kernel's events for k.  An error seen without the hang-up it comes
+ * with is a reset half-processed (the kernel sets the error first): its
+ * whole state is asked again a moment later. */
+static void kernel_events(struct pollfd *k)
+{
+	if (dsock_real.poll(k, 1, 0) < 0)
+		k->revents = 0;
+	if ((k->revents & (POLLERR | POLLHUP)) == POLLERR) {
+		sched_yield();
+		if (dsock_real.poll(k, 1, 0) < 0)
+			k->revents = 0;
+	}
+}
+
+short sp_poll(struct dsock_sock *s, int fd, short events)
+{
+	struct sp_conn *c = sp_conn(s);
+	struct sp_shared *sh = c->sh;
+	struct pollfd k = { .fd = fd, .events = events };
+	int pf, tx, rx;
+	short out;
+
+	sp_progress(c);
+	pf = __atomic_load_n(&c->pairfd, __ATOMIC_ACQUIRE);
+	if (atomic_load(&sh->state) != SP_PAIRED || pf < 0) {
+		if (dsock_real.poll(&k, 1, 0) < 0)
+			k.revents = 0;
+		return k.revents;
+	}
+	if (pthread_mutex_trylock(&sh->rx_mu) != EBUSY) {
+		sp_read_headers(c);
+		if (atomic_load(&sh->rx) == SPRX_KERNEL && sh->kernel_got == sh->until)
+			atomic_store(&sh->rx, SPRX_PAIR);
+		sp_unlock(&sh->rx_mu);
+	}
+	tx = atomic_load(&sh->tx);
+	rx = atomic_load(&sh->rx);
+	/* the peer ends the pair before its kernel socket: an end seen in
+	 * the kernel is in the pair by then */
+	int r = 0;
+	kernel_events(&k);
+	if (rx == SPRX_PAIR && (events & IN_BITS))
+		r = pair_readable(pf);
+	out = (short)(k.revents & ~(IN_BITS | OUT_BITS));
+	if (rx == SPRX_PAIR && (events & IN_BITS)) {
+		if (r < 0) {
+			/* the peer went back: what the kernel holds is next */
+			int pair = SPRX_PAIR;
+			if (atomic_compare_exchange_strong(&sh->rx, &pair, SPRX_BACK))
+				dsock_sock_rewatch(s);
+			sp_maybe_detach(c);
+			out |= (short)(k.revents & IN_BITS);
+		} else if (r > 0) {
+			out |= (short)(events & IN_BITS);
+		}
+	} else {
+		/* before the switch and up to it, and after the move back,
+		 * the peer's next bytes are the kernel's */
+		out |= (short)(k.revents & IN_BITS);
+	}
+	if (tx == SPTX_PAIR) {
+		struct pollfd p = { .fd = pf, .events = POLLOUT };
+		if (dsock_real.poll(&p, 1, 0) == 1)
+			out |= (short)(events & OUT_BITS); /* room, or a send that will say what happened */
+	} else {
+		out |= (short)(k.revents & OUT_BITS);
+	}
+	return out;
+}

@@ -1,0 +1,118 @@
+/* The socketpair transport, for the tests: it carries a connection's bytes
+ * through an AF_UNIX stream socketpair the daemon makes for the pair.  It
+ * exists to prove the transport interface with a second transport: offers,
+ * results and provisioning by transport id, and readiness whose wake-ups
+ * come through an fd other than the application's socket (waits, poll).
+ * It is never chosen unless DSOCK_TRANSPORTS names it.
+ *
+ * The protocol, per direction.  Bytes go through the kernel until both
+ * ends are paired; each end then writes HELLO (8 bytes) into its end of
+ * the pair.  A sender that has read the peer's HELLO (the peer reads the
+ * pair from now on) writes SWITCH (8 bytes: how many bytes it gave the
+ * kernel) and sends through the pair from then on.  The receiver reads
+ * the kernel up to that count, then the pair.  Going back to the kernel is
+ * one-sided and needs no answer: the sender shuts its end for writing
+ * (the receiver reads the pair up to its EOF, then the kernel); the
+ * receiver shuts its end for reading (the peer's next send through the
+ * pair fails, and the peer goes back).  So an EOF on the pair always
+ * means "the kernel from here": the peer's close, reset and shutdown are
+ * the kernel's, read there.
+ *
+ * The state is shared by every process holding the end (a memfd page,
+ * kept across fork and handed over an exec), so what one holder read of
+ * the headers every holder knows.  Locks: tx_mu orders sends against the
+ * switch (and counts the kernel's bytes), rx_mu orders receives against
+ * the header reads. */
+#ifndef DSOCK_SP_H
+#define DSOCK_SP_H
+
+#include "lib/transport/transport.h"
+#include "lib/sock/sock.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/time.h>
+
+#define SP_HELLO 0x3150534b434f5344ull /* "DSOCKSP1" */
+
+enum sp_state { SP_PENDING, SP_PAIRED, SP_REFUSED };
+enum sp_tx { SPTX_KERNEL, SPTX_PAIR, SPTX_BACK };
+/* RX_HELLO, RX_SWITCH: the peer's header not read yet (it sends through
+ * the kernel); RX_KERNEL: read the kernel up to `until`; RX_PAIR: the
+ * pair up to its EOF; RX_BACK: the kernel from here on. */
+enum sp_rx { SPRX_HELLO, SPRX_SWITCH, SPRX_KERNEL, SPRX_PAIR, SPRX_BACK };
+
+struct sp_shared {
+	pthread_mutex_t tx_mu, rx_mu; /* process-shared, robust */
+	uint64_t kernel_sent;        /* bytes our sends gave the kernel (tx_mu) */
+	uint64_t kernel_got;         /* bytes our receives took from it (rx_mu) */
+	uint64_t until;              /* the peer's SWITCH count (rx_mu) */
+	unsigned hdr_len;            /* bytes of the next header read so far */
+	unsigned char hdr[8];
+	_Atomic int state;           /* enum sp_state */
+	_Atomic int tx, rx;          /* enum sp_tx, enum sp_rx */
+	_Atomic int back_reason;     /* why it went back (enum dsock_reason) */
+	_Atomic int refuse;          /* a reason: an answer still pending must not attach */
+	struct timeval rcvtimeo, sndtimeo; /* the application's, for the pair too */
+};
+
+struct sp_conn {
+	struct dsock_sock *sock;
+	struct sp_shared *sh;
+	int memfd;   /* the page: for an exec */
+	int pairfd;  /* our end of the pair, -1 until paired */
+	int role;
+	int carried; /* moved bytes through the pair in this process */
+	int counted_back;
+	_Atomic int offer_done; /* the daemon answered (and let go of its copy) */
+	long long pending_since; /* mono ns of the offer; 0: no answer expected */
+	struct sp_conn *next; /* pending answers */
+};
+
+extern const struct dsock_transport dsock_socketpair_transport;
+
+static inline struct sp_conn *sp_conn(struct dsock_sock *s)
+{
+	return s->owner == &dsock_socketpair_transport ? s->tp_priv : NULL;
+}
+
+/* conn.c */
+int sp_lock(pthread_mutex_t *m);
+void sp_unlock(pthread_mutex_t *m);
+/* While the answer is pending: deliver the daemon's mail. */
+void sp_progress(struct sp_conn *c);
+/* Both directions are back: the kernel carries the socket. */
+void sp_maybe_detach(struct sp_conn *c);
+/* Resets the connection (as an RST would); returns -ECONNRESET. */
+int sp_reset(struct dsock_sock *s, int fd, unsigned reason);
+void sp_count_carried(struct sp_conn *c);
+
+/* data.c */
+#define RESET_WAIT_MS 100 /* the peer's kernel close follows its pair's at once */
+static inline int sp_pairfd(struct sp_conn *c)
+{
+	return __atomic_load_n(&c->pairfd, __ATOMIC_ACQUIRE);
+}
+/* MSG_DONTWAIT when the application's socket does not block. */
+int sp_dontwait(int fd, int flags);
+size_t sp_iov_total(const struct msghdr *m);
+/* The iovecs of m from byte skip on, at most cap bytes, into v (IOV_MAX). */
+size_t sp_iov_part(const struct msghdr *m, size_t skip, size_t cap, struct iovec *v);
+ssize_t sp_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
+int sp_shutdown(struct dsock_sock *s, int fd, int how);
+int sp_ioctl(struct dsock_sock *s, int fd, unsigned long req, int *val);
+int sp_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void *val, socklen_t *len);
+/* Both directions back to the kernel, without waiting for the peer. */
+void sp_go_back(struct sp_conn *c, unsigned reason);
+int sp_handover(struct dsock_sock *s, int fd);
+/* Reads the peer's headers that have arrived (rx_mu held). */
+void sp_read_headers(struct sp_conn *c);
+
+/* recv.c */
+ssize_t sp_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
+
+/* ready.c */
+int sp_waits(struct dsock_sock *s, int fd, short events, struct pollfd *w);
+short sp_poll(struct dsock_sock *s, int fd, short events);
+
+#endif
