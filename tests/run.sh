@@ -54,14 +54,14 @@ conformance() {
 }
 
 # The same with every connection going back to the kernel at its first
-# ring read, as one whose consumers sleep does (DSOCK_TEST_DOWN_READS=1):
+# ring read, as one whose consumers sleep does (DSOCK_TEST_BACK_READS=1):
 # each scenario's bytes cross that move mid-stream, and enough scenarios
 # must really make it (nearly all of those on the rings do; the step fails
 # under 300).
 conformance_back() {
 	local out n
 	mkdir -p "$RUNDIR/back"
-	out=$(DSOCK_FASTPATH=1 DSOCK_TEST_DOWN_READS=1 "$BUILD/tests/conformance" -j 2 -r "$RUNDIR/back" \
+	out=$(DSOCK_FASTPATH=1 DSOCK_TEST_BACK_READS=1 "$BUILD/tests/conformance" -j 2 -r "$RUNDIR/back" \
 		-w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen")
 	local rc=$?
 	echo "$out"

@@ -115,7 +115,7 @@ struct dsock_msg_fetch {
  * is asleep, computing or stopped cannot do it in time, so the daemon,
  * where it may (pidfd_getfd: ptrace access to the peer's process), takes
  * the peer's socket from its process and lends it to the hander, who
- * moves the peer's direction itself and closes it (handover.c, peer_down).
+ * moves the peer's direction itself and closes it (handover.c, peer_back).
  * Only a process that sends one of the connection's two sockets (matched
  * by SO_COOKIE) gets the other, and only when it runs as root or as the
  * peer process's user.  The request may come on a connection of its own

@@ -28,8 +28,8 @@
 #define DSOCK_LOCK_BIAS 0x80000000u
 
 enum { DSOCK_ATT_NONE = 0, DSOCK_ATT_ATTACHED = 1, DSOCK_ATT_REFUSED = 2 };
-/* side.down_req: why this side asks both directions back to the kernel */
-enum { DSOCK_DOWN_HANDOVER = 1, DSOCK_DOWN_ASLEEP = 2, DSOCK_DOWN_URGENT = 3, DSOCK_DOWN_RCVLOWAT = 4 };
+/* side.back_req: why this side asks both directions back to the kernel */
+enum { DSOCK_BACK_HANDOVER = 1, DSOCK_BACK_ASLEEP = 2, DSOCK_BACK_URGENT = 3, DSOCK_BACK_RCVLOWAT = 4 };
 /* ring.tx_waiting bits: a poller wants a space token on its kernel socket;
  * a blocked sender sleeps on the space_seq futex only */
 enum { DSOCK_TXW_POLL = 1, DSOCK_TXW_FUTEX = 2 };
@@ -51,23 +51,23 @@ struct dsock_shm_side {
 			       * +1 per fork child and spawned adopter, -1 per
 			       * close); only the last one's close ends the
 			       * connection here */
-	uint32_t down_req;    /* this side asks both directions back onto the
-			       * kernel: DSOCK_DOWN_HANDOVER (its socket goes
+	uint32_t back_req;    /* this side asks both directions back onto the
+			       * kernel: DSOCK_BACK_HANDOVER (its socket goes
 			       * to a holder without dsock: exec, SCM_RIGHTS)
-			       * or DSOCK_DOWN_ASLEEP (its consumer slept at
+			       * or DSOCK_BACK_ASLEEP (its consumer slept at
 			       * nearly every write: tokens cost more than the
-			       * ring saves), DSOCK_DOWN_URGENT (it sends urgent
-			       * data), DSOCK_DOWN_RCVLOWAT (it set SO_RCVLOWAT);
+			       * ring saves), DSOCK_BACK_URGENT (it sends urgent
+			       * data), DSOCK_BACK_RCVLOWAT (it set SO_RCVLOWAT);
 			       * any other nonzero value asks too */
-	uint32_t down_sent;   /* 1: this side's sending is back on the kernel */
-	uint64_t down_off;    /* then: kernel bytes this side sent before plain
+	uint32_t back_sent;   /* 1: this side's sending is back on the kernel */
+	uint64_t back_off;    /* then: kernel bytes this side sent before plain
 			       * data resumed (data before its switch, then
 			       * tokens); right after them come the ring bytes
 			       * its consumer had not read, then new data.
-			       * down_off and down_sent are this side's, or the
+			       * back_off and back_sent are this side's, or the
 			       * peer's when it moves this side's sending for
 			       * it, under this side's locks (a hand-over the
-			       * peer makes alone: handover.c, peer_down) */
+			       * peer makes alone: handover.c, peer_back) */
 	int64_t tx_base;      /* the kernel's sent-byte counter of this side's
 			       * socket at the stream's first byte (attach):
 			       * what the peer needs to count this side's

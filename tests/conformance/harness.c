@@ -287,6 +287,7 @@ int main(int argc, char **argv)
 				int r = WEXITSTATUS(st), fast = (r & RUN_FAST) && k < nnames && !strncmp(names[k], "tcp", 3);
 				if ((r & RUN_FAILED) && k < nnames && is_known(known, names[k])) {
 					printf("known difference: %s\n", names[k]);
+					fflush(stdout); /* (before the next fork) */
 					differ++;
 				} else if (r & RUN_FAILED) {
 					failed++;

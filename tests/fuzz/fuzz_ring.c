@@ -107,7 +107,7 @@ struct world {
 	uint64_t peer_kernel_data;  /* pre-switch kernel data bytes the peer sent */
 	int victim_reset;           /* the victim got ECONNRESET/EPIPE: stream ends */
 	uint64_t peer_kbytes;       /* every byte the peer sent on the kernel */
-	int peer_down;              /* the peer's sending went back to the kernel */
+	int peer_back;              /* the peer's sending went back to the kernel */
 	uint64_t peer_kread;        /* bytes the peer read from the victim's kernel stream */
 };
 
@@ -230,7 +230,7 @@ static void op_produce(struct world *w, struct script *s)
 
 	if (tail - head > RING)
 		return; /* scribbled: the peer would not know where it is either */
-	if (w->peer_down) { /* back on the kernel: plain data there */
+	if (w->peer_back) { /* back on the kernel: plain data there */
 		unsigned char buf[RING];
 		for (unsigned i = 0; i < want && w->b >= 0; i++)
 			buf[i] = pat(w->in_made + i, 0);
@@ -264,7 +264,7 @@ static void op_consume(struct world *w, struct script *s)
 	uint64_t head = __atomic_load_n(&w->tx->head, __ATOMIC_RELAXED);
 	uint64_t tail = __atomic_load_n(&w->tx->tail, __ATOMIC_ACQUIRE);
 
-	if (tail - head > RING || __atomic_load_n(&w->me->down_sent, __ATOMIC_ACQUIRE))
+	if (tail - head > RING || __atomic_load_n(&w->me->back_sent, __ATOMIC_ACQUIRE))
 		return; /* scribbled, or closed: the victim re-sent it by the kernel */
 	if (want > tail - head)
 		want = (unsigned)(tail - head);
@@ -277,7 +277,7 @@ static void op_consume(struct world *w, struct script *s)
 	if (want && __atomic_load_n(&w->tx->tx_waiting, __ATOMIC_SEQ_CST)) {
 		uint32_t waiting = __atomic_exchange_n(&w->tx->tx_waiting, 0, __ATOMIC_SEQ_CST);
 		__atomic_add_fetch(&w->tx->space_seq, 1, __ATOMIC_SEQ_CST);
-		if ((waiting & DSOCK_TXW_POLL) && w->b >= 0 && w->peer_switched && !w->peer_down) {
+		if ((waiting & DSOCK_TXW_POLL) && w->b >= 0 && w->peer_switched && !w->peer_back) {
 			char t = 0;
 			__atomic_store_n(&w->tx->space_token, 1, __ATOMIC_SEQ_CST);
 			if (send(w->b, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1)
@@ -420,7 +420,7 @@ static void op_peer_kernel(struct world *w, struct script *s)
 
 	if (w->b < 0)
 		return;
-	int data = !w->peer_switched || w->peer_down;
+	int data = !w->peer_switched || w->peer_back;
 	for (unsigned i = 0; i < len; i++)
 		buf[i] = data ? pat(w->in_made + i, 0) : 0;
 	ssize_t r = send(w->b, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -434,17 +434,17 @@ static void op_peer_kernel(struct world *w, struct script *s)
 	}
 }
 
-/* The peer's sending goes back to the kernel, as down.c does it: the
+/* The peer's sending goes back to the kernel, as back.c does it: the
  * count of its kernel bytes, then the ring bytes the victim has not read,
  * sent after them.  (The victim is in no call: no lock needed.) */
-static void op_peer_down(struct world *w)
+static void op_peer_back(struct world *w)
 {
 	uint64_t head = __atomic_load_n(&w->rx->head, __ATOMIC_ACQUIRE);
 	uint64_t tail = __atomic_load_n(&w->rx->tail, __ATOMIC_RELAXED);
 	uint64_t n = w->peer_switched ? tail - head : 0;
 	unsigned char buf[RING];
 
-	if (w->peer_down || w->b < 0 || n > RING || w->broken)
+	if (w->peer_back || w->b < 0 || n > RING || w->broken)
 		return;
 	for (uint64_t i = 0; i < n; i++)
 		buf[i] = w->vrx[(head + i) & (RING - 1)];
@@ -452,25 +452,25 @@ static void op_peer_down(struct world *w)
 		w->broken = 1; /* a short send: the stream is broken, as the library would reset */
 		return;
 	}
-	__atomic_store_n(&w->peer->down_off, w->peer_kbytes, __ATOMIC_RELAXED);
-	__atomic_store_n(&w->peer->down_sent, 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&w->peer->back_off, w->peer_kbytes, __ATOMIC_RELAXED);
+	__atomic_store_n(&w->peer->back_sent, 1, __ATOMIC_SEQ_CST);
 	w->peer_kbytes += n;
-	w->peer_down = 1;
+	w->peer_back = 1;
 	TRACE("peer goes back to the kernel at %llu, re-sending %llu", (unsigned long long)(w->peer_kbytes - n),
 	      (unsigned long long)n);
 }
 
 /* The peer reads the victim's kernel stream: once the victim's sending is
- * back on the kernel, past its down_off every byte is data, in order. */
+ * back on the kernel, past its back_off every byte is data, in order. */
 static void op_peer_read(struct world *w, struct script *s)
 {
 	unsigned char buf[4096];
 	unsigned len = 1 + take(s, 2) % sizeof(buf);
 
-	if (w->b < 0 || !__atomic_load_n(&w->me->down_sent, __ATOMIC_ACQUIRE))
+	if (w->b < 0 || !__atomic_load_n(&w->me->back_sent, __ATOMIC_ACQUIRE))
 		return;
-	/* data before the victim's switch, tokens up to down_off, then data */
-	uint64_t dn = __atomic_load_n(&w->me->down_off, __ATOMIC_RELAXED);
+	/* data before the victim's switch, tokens up to back_off, then data */
+	uint64_t dn = __atomic_load_n(&w->me->back_off, __ATOMIC_RELAXED);
 	uint64_t sw = __atomic_load_n(&w->me->switch_off, __ATOMIC_RELAXED);
 	if (sw > dn)
 		sw = dn;
@@ -527,9 +527,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				TRACE("peer resets");
 			}
 			break;
-		case 13: op_peer_down(&w); break;
+		case 13: op_peer_back(&w); break;
 		case 14: /* the peer asks the victim back to the kernel */
-			__atomic_store_n(&w.peer->down_req, 1, __ATOMIC_SEQ_CST);
+			__atomic_store_n(&w.peer->back_req, 1, __ATOMIC_SEQ_CST);
 			TRACE("peer asks to go back to the kernel");
 			break;
 		case 15: op_peer_read(&w, &s); break;

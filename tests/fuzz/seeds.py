@@ -127,7 +127,7 @@ RING = {
     "shutdown": bytes([2]) + send(10) + bytes([VSHUT, 1]) + send(10) + recv(10),
     "scribble-tail": bytes([2]) + produce(10) + scribble64(448, 1 << 40) + recv(10),  # 448: ring 1 (to side 0), tail
     "side1": bytes([3]) + send(100) + consume(100) + produce(100) + recv(100),
-    # hand-over (down.c): the peer goes back to the kernel with unread ring
+    # hand-over (back.c): the peer goes back to the kernel with unread ring
     # bytes; the peer asks the victim to, with unread bytes of the victim's
     "peer-down": bytes([2]) + produce(3000) + recv(1000) + bytes([PDOWN]) + produce(500) + look()
     + recv(5000) + recv(5000),

@@ -42,14 +42,14 @@ watched() {
 }
 
 # "asleep": every connection goes back to the kernel at its first ring
-# read, as one whose consumers sleep does (DSOCK_TEST_DOWN_READS=1), with
+# read, as one whose consumers sleep does (DSOCK_TEST_BACK_READS=1), with
 # bytes in flight.
 for mode in native dsock $([ "${SOAK_ASLEEP:-1}" = 1 ] && echo asleep); do
 	rm -f "$TMP/report"
 	if [ $mode = native ]; then
 		watched $((SECS + 60)) "$SOAK" -s "$SECS" -r "$SEED" "$@"
 	else
-		DSOCK_FASTPATH_REPORT="$TMP/report" DSOCK_TEST_DOWN_READS=$([ $mode = asleep ] && echo 1 || echo 0) \
+		DSOCK_FASTPATH_REPORT="$TMP/report" DSOCK_TEST_BACK_READS=$([ $mode = asleep ] && echo 1 || echo 0) \
 			watched $((SECS + 60)) "$BUILD/bin/dsock" run -- "$SOAK" -s "$SECS" -r "$SEED" "$@"
 	fi
 	r=$?

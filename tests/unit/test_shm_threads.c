@@ -12,7 +12,7 @@
  *
  * Then a lock the parent holds at a fork: the child waits for it.
  *
- * Last, a hand-over (down.c) that lands while the peer spins in a blocking
+ * Last, a hand-over (back.c) that lands while the peer spins in a blocking
  * receive: the spinner drains the request's wake-up token as it spins, and
  * must answer before it sleeps (a spinner that slept instead would leave
  * the hand-over waiting 2 s, then resetting the connection). */

@@ -362,15 +362,14 @@ void dsock_sock_rewatch(struct dsock_sock *s)
 	pthread_mutex_unlock(&mu);
 }
 
-void dsock_epset_disarm(int epfd, uint64_t data)
+void dsock_epset_oneshot(int epfd, uint64_t data, int reported)
 {
 	struct member *m;
 
 	pthread_mutex_lock(&mu);
-	if ((m = by_data(epfd, data)) && !m->disarmed) {
-		m->disarmed = 1;
-		if (m->watched)
-			watch(m);
+	if ((m = by_data(epfd, data)) && !m->disarmed && m->watched) {
+		m->disarmed = reported;
+		watch(m);
 	}
 	pthread_mutex_unlock(&mu);
 }

@@ -21,8 +21,10 @@ struct dsock_epmember {
 	int disarmed; /* a one-shot reported by us, not re-armed yet */
 };
 int dsock_epset_lookup(int epfd, uint64_t data, struct dsock_epmember *out);
-/* A one-shot registration reported by us: disarmed until the next MOD. */
-void dsock_epset_disarm(int epfd, uint64_t data);
+/* A one-shot registration whose socket's transport has waits fired:
+ * reported (1: disarmed until the application's next MOD) or not (0: its
+ * parts are armed again). */
+void dsock_epset_oneshot(int epfd, uint64_t data, int reported);
 /* A level-triggered registration for EPOLLOUT of a socket whose transport
  * has no room: EPOLLOUT leaves the kernel's registration (EPOLLIN joins it,
  * for the space token) until unparked.  1 if parked (not edge-triggered,

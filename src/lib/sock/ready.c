@@ -178,8 +178,10 @@ static unsigned watched_view(int epfd, uint64_t data, const struct dsock_epmembe
 	if (s)
 		dsock_sock_put(s);
 	ev &= want | EPOLLERR | EPOLLHUP;
-	if (ev && (mb->events & EPOLLONESHOT))
-		dsock_epset_disarm(epfd, data);
+	/* a one-shot part the kernel disarmed for a wake-up that meant
+	 * nothing is armed again; one reported disarms them all */
+	if (mb->events & EPOLLONESHOT)
+		dsock_epset_oneshot(epfd, data, ev != 0);
 	return ev;
 }
 

@@ -1,7 +1,7 @@
 /* Handing a connection over to a holder without dsock (an exec'ed static
  * or setuid program, a program the rules exclude, any receiver of
  * SCM_RIGHTS): both directions go back to the kernel, each at an exact
- * byte offset of its kernel stream (down.c), before the fd leaves.
+ * byte offset of its kernel stream (back.c), before the fd leaves.
  *
  * Our own direction we move ourselves.  The peer's needs the peer's
  * kernel socket: the bytes it wrote into our ring must follow, on its
@@ -10,7 +10,7 @@
  * vfork; a parent waiting for the child it passes the connection to)
  * cannot do it in time, so where the daemon may take the peer's socket
  * from its process (PEER_REQ in common/proto.h) we move the peer's
- * direction ourselves (peer_down), and otherwise wait for the peer's
+ * direction ourselves (peer_back), and otherwise wait for the peer's
  * answer, 2 s at most.  See docs/ARCHITECTURE.md ("Handing a connection
  * over"). */
 #include "lib/transport/shm/shm.h"
@@ -32,9 +32,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define DOWN_WAIT_NS 2000000000LL /* the peer answers within this, or we reset */
+#define BACK_WAIT_NS 2000000000LL /* the peer answers within this, or we reset */
 #define PEER_REQ_MS 1000          /* the daemon lends the peer's socket within this */
-/* peer_down holds the peer's locks while bytes still in flight arrive:
+/* peer_back holds the peer's locks while bytes still in flight arrive:
  * at most this long (a peer thread waits for a lock ~0.2 s, then resets) */
 #define PEER_HOLD_NS 100000000LL
 /* shm_go_back's try at the peer's direction (else it follows by itself) */
@@ -101,20 +101,20 @@ static int take_exact(struct shm_conn *c, int fd, unsigned char *buf, uint64_t n
 
 /* ---- moving the peer's sending without it -----------------------------------
  * With the peer's kernel socket (pfd, lent by the daemon) we do what its
- * own tx_down would, under the three locks that keep every other byte out
+ * own tx_back would, under the three locks that keep every other byte out
  * of its kernel stream: its tx lock (its sends, data tokens, switch), its
  * rx lock (its space tokens) and our rx lock (our drains).  That stream,
  * as we read it, then is: data sent before its switch (switch_off), tokens
  * up to its byte count now (k: its socket's counter less the baseline it
  * published at attach), then what we send on it and mark as plain from
- * k (its down_off): first any pre-switch data we had not read yet (read
+ * k (its back_off): first any pre-switch data we had not read yet (read
  * out here: the tokens behind it must go), then the ring bytes we had not
- * read; then whatever it sends itself (its writers look for down_sent
+ * read; then whatever it sends itself (its writers look for back_sent
  * under their tx lock, sendmsg_in).  Returns 0 (done, or the peer did it
  * meanwhile), 1 (its sending never switched, and never will: our request
  * is up), -EAGAIN (a lock is busy: again later) or -errno (the caller
  * resets: a byte may be gone). */
-static int peer_down(struct shm_conn *c, int fd, int pfd, int round, int64_t end)
+static int peer_back(struct shm_conn *c, int fd, int pfd, int round, int64_t end)
 {
 	uint64_t sw, k, kr, head, tail, d = 0;
 	unsigned char *dbuf = NULL;
@@ -132,7 +132,7 @@ static int peer_down(struct shm_conn *c, int fd, int pfd, int round, int64_t end
 		shm_unlock(&c->rx->rx_lock);
 		return -EAGAIN;
 	}
-	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE))
 		goto out;
 	sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE);
 	if (sw == DSOCK_SWITCH_NONE) {
@@ -183,8 +183,8 @@ static int peer_down(struct shm_conn *c, int fd, int pfd, int round, int64_t end
 	if (!r && tail != head)
 		r = shm_send_backlog(c, pfd, c->rxd, NULL, head, tail - head);
 	if (!r) {
-		__atomic_store_n(&c->peer->down_off, k, __ATOMIC_RELAXED);
-		__atomic_store_n(&c->peer->down_sent, 1, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&c->peer->back_off, k, __ATOMIC_RELAXED);
+		__atomic_store_n(&c->peer->back_sent, 1, __ATOMIC_SEQ_CST);
 		DSOCK_DBG("fd %d: moved the peer's sending back to the kernel at its byte %llu: %llu unread bytes "
 			  "and %llu ring bytes sent again", fd, (unsigned long long)k, (unsigned long long)d,
 			  (unsigned long long)(tail - head));
@@ -198,12 +198,12 @@ out:
 	return r;
 }
 
-/* peer_down until it is done: 0 (*never set when the peer's sending never
+/* peer_back until it is done: 0 (*never set when the peer's sending never
  * switched), -EAGAIN (its locks stayed busy until end) or -errno. */
 static int peer_move(struct shm_conn *c, int fd, int pfd, int64_t end, int *never)
 {
-	for (int i = 0; !__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE); i++) {
-		int r = peer_down(c, fd, pfd, i, end);
+	for (int i = 0; !__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE); i++) {
+		int r = peer_back(c, fd, pfd, i, end);
 		if (r >= 0) {
 			*never = r == 1;
 			return 0;
@@ -227,7 +227,7 @@ static int lend_peer(struct dsock_sock *s, struct shm_conn *c, int fd)
 	int pfd;
 
 	if (__atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE ||
-	    __atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
+	    __atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE))
 		return -1;
 	pfd = dsock_ctl_fetch_peer(s->id, fd, PEER_REQ_MS);
 	if (pfd < 0)
@@ -277,20 +277,20 @@ static int go_back_failed(struct dsock_sock *s, int fd, int pfd, unsigned reason
 int shm_go_back(struct dsock_sock *s, int fd, uint32_t why)
 {
 	struct shm_conn *c = shm_conn(s);
-	int64_t end = dsock_mono_ns() + DOWN_WAIT_NS;
+	int64_t end = dsock_mono_ns() + BACK_WAIT_NS;
 	uint32_t none = 0;
 	int r, never = 0, pfd;
-	const char *what = why == DSOCK_DOWN_URGENT ? "it carries urgent data" : "it sets SO_RCVLOWAT";
+	const char *what = why == DSOCK_BACK_URGENT ? "it carries urgent data" : "it sets SO_RCVLOWAT";
 
 	if (!c || c->state != SC_ATTACHED) {
 		if (c && c->state != SC_ATTACHED)
-			c->refuse = why == DSOCK_DOWN_URGENT ? DSOCK_R_URGENT : DSOCK_R_RCVLOWAT;
+			c->refuse = why == DSOCK_BACK_URGENT ? DSOCK_R_URGENT : DSOCK_R_RCVLOWAT;
 		return 0;
 	}
-	__atomic_compare_exchange_n(&c->me->down_req, &none, why, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+	__atomic_compare_exchange_n(&c->me->back_req, &none, why, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
 	if (__atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) != DSOCK_SWITCH_NONE)
 		shm_wake_peer(c, fd); /* (its token must go before our sending is plain) */
-	while ((r = shm_tx_down(c, fd, 0)) == -EAGAIN && dsock_mono_ns() < end)
+	while ((r = shm_tx_back(c, fd, 0)) == -EAGAIN && dsock_mono_ns() < end)
 		shm_nap(20000);
 	if (r)
 		return go_back_failed(s, fd, -1, DSOCK_R_HANDOVER_RESET, what,
@@ -306,13 +306,13 @@ int shm_go_back(struct dsock_sock *s, int fd, uint32_t why)
 	/* otherwise the peer follows at its next call (it looks for our
 	 * request before every ring byte; the token above wakes one asleep in
 	 * a receive or a poller) */
-	return shm_down_step(s, fd);
+	return shm_back_step(s, fd);
 }
 
 int shm_handover(struct dsock_sock *s, int fd)
 {
 	struct shm_conn *c = shm_conn(s);
-	int64_t end = dsock_mono_ns() + DOWN_WAIT_NS;
+	int64_t end = dsock_mono_ns() + BACK_WAIT_NS;
 	int r, never = 0, pfd;
 	const char *what = "it goes to a program without dsock";
 
@@ -322,14 +322,14 @@ int shm_handover(struct dsock_sock *s, int fd)
 		c->refuse = DSOCK_R_HANDED_OVER; /* a pairing still to come is refused */
 		return 0;
 	}
-	__atomic_store_n(&c->me->down_req, DSOCK_DOWN_HANDOVER, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&c->me->back_req, DSOCK_BACK_HANDOVER, __ATOMIC_SEQ_CST);
 	pfd = lend_peer(s, c, fd);
 	/* without its socket, a peer asleep in a receive or a poller wakes
 	 * and answers; with it, no token: a peer that moved itself first
 	 * could leave our unread pre-switch data ahead of its tokens */
 	if (pfd < 0)
 		shm_wake_peer(c, fd);
-	while ((r = shm_tx_down(c, fd, 0)) == -EAGAIN && dsock_mono_ns() < end)
+	while ((r = shm_tx_back(c, fd, 0)) == -EAGAIN && dsock_mono_ns() < end)
 		shm_nap(20000);
 	if (r)
 		return go_back_failed(s, fd, pfd, DSOCK_R_HANDOVER_RESET, what,
@@ -342,7 +342,7 @@ int shm_handover(struct dsock_sock *s, int fd)
 					      r == -EAGAIN ? "its peer's locks stayed busy for 2 s" :
 					      "its peer's ring could not move back to the kernel");
 	}
-	for (int i = 0; !never && !__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE); i++) {
+	for (int i = 0; !never && !__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE); i++) {
 		/* a peer that never switched never will (it looks for our
 		 * request under its tx lock): its stream is plain already */
 		if (__atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE &&

@@ -25,7 +25,7 @@ int shm_offer_calls = 4;
  * a server that sleeps at first, until its spins start paying
  * (redis-benchmark with 1 client), must not be judged on its first reads. */
 unsigned shm_asleep_reads = 1024;
-unsigned shm_test_down_reads = 0;
+unsigned shm_test_back_reads = 0;
 
 /* A setting from lo to hi (unit: for the warning) into *v: 1 if set and
  * good; a bad one is warned of and ignored. */
@@ -59,8 +59,8 @@ int shm_init(void)
 		shm_offer_calls = (int)v;
 	if (env_num("DSOCK_ASLEEP_READS", 0, 1000000000, "a count", &v))
 		shm_asleep_reads = (unsigned)v;
-	if (env_num("DSOCK_TEST_DOWN_READS", 0, 1000000000, "a count", &v))
-		shm_test_down_reads = (unsigned)v;
+	if (env_num("DSOCK_TEST_BACK_READS", 0, 1000000000, "a count", &v))
+		shm_test_back_reads = (unsigned)v;
 
 	if (on && !strcmp(on, "0"))
 		return 1; /* DSOCK_FASTPATH=0: every connection stays on the kernel */

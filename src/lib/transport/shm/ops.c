@@ -31,8 +31,8 @@ long shm_readable(struct dsock_sock *s, int fd)
 
 	if (!c || c->state != SC_ATTACHED)
 		return -ENOTSUP; /* pending: the kernel holds every byte; ask it */
-	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
-		return shm_readable_down(c, fd);
+	if (__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE))
+		return shm_readable_back(c, fd);
 	for (int i = 0;; i++) {
 		/* the peer's offset on both sides of the ring read: a switch in
 		 * between would make kernel bytes tokens and ring bytes data */
@@ -74,16 +74,16 @@ void shm_closing(struct dsock_sock *s, int fd)
 		return;
 	/* the peer asked to go back to the kernel: what our ring holds goes
 	 * there before the FIN (a failure resets) */
-	if (shm_down_any(c) && shm_down_answer(s, fd) < 0)
+	if (shm_back_any(c) && shm_back_answer(s, fd) < 0)
 		return;
 	__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
 	if (!shm_active(c))
 		return;
 	shm_linger_forget(c); /* no settle may end the lease set below */
-	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
+	if (__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE)) {
 		/* the ring is closed: the kernel decides FIN or RST by what is
 		 * unread, once the tokens are out of the way */
-		shm_down_discard(c, fd);
+		shm_back_discard(c, fd);
 		return;
 	}
 	if (rx_avail(c, &head) != 0) {
@@ -102,9 +102,9 @@ int shm_writable(struct dsock_sock *s)
 	uint64_t tail;
 
 	/* once the peer's sending is plain it sends no space token: the next
-	 * send moves ours back too (down.c, tx_down) instead of waiting */
-	if (!c || !shm_active(c) || __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) ||
-	    __atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
+	 * send moves ours back too (back.c, tx_back) instead of waiting */
+	if (!c || !shm_active(c) || __atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE))
 		return 1;
 	return tx_space(c, &tail) != 0;
 }
@@ -114,7 +114,7 @@ void shm_want_space(struct dsock_sock *s)
 	struct shm_conn *c = shm_conn(s);
 	uint64_t tail;
 
-	if (c && shm_active(c) && !__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
+	if (c && shm_active(c) && !__atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE)) {
 		__atomic_fetch_or(&c->tx->tx_waiting, DSOCK_TXW_POLL, __ATOMIC_SEQ_CST);
 		if (tx_space(c, &tail) != 0) /* freed meanwhile: no token will come */
 			__atomic_fetch_and(&c->tx->tx_waiting, ~(uint32_t)DSOCK_TXW_POLL, __ATOMIC_RELAXED);
@@ -135,7 +135,7 @@ int shm_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void 
 		if (dsock_real.setsockopt(fd, level, opt, val, *len) < 0)
 			return -errno;
 		if (*len >= (socklen_t)sizeof(int) && *(int *)val > 1)
-			shm_go_back(s, fd, DSOCK_DOWN_RCVLOWAT);
+			shm_go_back(s, fd, DSOCK_BACK_RCVLOWAT);
 		return 0;
 	}
 	if (!c || !c->nodelay_saved || level != IPPROTO_TCP || opt != TCP_NODELAY)
@@ -173,11 +173,11 @@ int shm_spurious_in(struct dsock_sock *s, int fd)
 	uint64_t head;
 	ssize_t n;
 
-	if (c && c->state == SC_ATTACHED && shm_down_any(c)) {
-		if (shm_down_step(s, fd) < 0)
+	if (c && c->state == SC_ATTACHED && shm_back_any(c)) {
+		if (shm_back_step(s, fd) < 0)
 			return 0; /* reset: the application reads the error */
-		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
-			return shm_spurious_down(c, fd);
+		if (__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE))
+			return shm_spurious_back(c, fd);
 	}
 	if (c && c->state == SC_ATTACHED && !__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE) &&
 	    !shm_lock(&c->rx->rx_lock)) {
@@ -231,7 +231,7 @@ static int shm_handover_op(struct dsock_sock *s, int fd)
 {
 	int r = shm_handover(s, fd);
 
-	return r ? r : shm_down_step(s, fd);
+	return r ? r : shm_back_step(s, fd);
 }
 
 static void shm_counts(long *carried, long *back)

@@ -110,8 +110,8 @@ static int peer_died_unread(struct shm_conn *c)
 {
 	return !__atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE) &&
 	       __atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) != DSOCK_SWITCH_NONE &&
-	       !__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) &&
-	       !__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) &&
+	       !__atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE) &&
+	       !__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE) &&
 	       __atomic_load_n(&c->tx->tail, __ATOMIC_ACQUIRE) != __atomic_load_n(&c->tx->head, __ATOMIC_ACQUIRE);
 }
 
@@ -125,8 +125,8 @@ static int peer_died_tokens_only(struct shm_conn *c)
 
 	return !__atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE) && sw != DSOCK_SWITCH_NONE &&
 	       __atomic_load_n(&c->peer->kread, __ATOMIC_ACQUIRE) >= sw &&
-	       !__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) &&
-	       !__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) &&
+	       !__atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE) &&
+	       !__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE) &&
 	       __atomic_load_n(&c->tx->tail, __ATOMIC_ACQUIRE) == __atomic_load_n(&c->tx->head, __ATOMIC_ACQUIRE);
 }
 
@@ -230,17 +230,17 @@ ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 	if (peekall && shm_nonblocking(s, fd, flags))
 		peek_now = 1; /* nothing to wait for: what is there */
 again:
-	if (shm_down_any(c)) {
-		/* back to the kernel (down.c) */
-		int d = shm_down_step(s, fd);
+	if (shm_back_any(c)) {
+		/* back to the kernel (back.c) */
+		int d = shm_back_step(s, fd);
 		if (d < 0)
 			return d;
-		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
+		if (__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE)) {
 			/* (nothing read yet here); MSG_WAITALL goes on past the
-			 * peer's switch offset, where shm_recv_down stops short */
-			ssize_t r = shm_recv_down(s, fd, m, flags);
+			 * peer's switch offset, where shm_recv_back stops short */
+			ssize_t r = shm_recv_back(s, fd, m, flags);
 			if (waitall && r > 0 && (size_t)r < total)
-				return shm_recv_down_rest(s, fd, m, (size_t)r, flags);
+				return shm_recv_back_rest(s, fd, m, (size_t)r, flags);
 			return r;
 		}
 	}
@@ -255,7 +255,7 @@ again:
 
 		if (atomic_load(&c->kfd) >= 0)
 			fd = atomic_load(&c->kfd);
-		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
+		if (__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE)) {
 			/* the ring is closed for good: what it held comes by the
 			 * kernel (the rest of a MSG_WAITALL too: it must not
 			 * return a short count here) */
@@ -264,7 +264,7 @@ again:
 			shm_lease(c, 0);
 			shm_unlock(&c->rx->rx_lock);
 			if (got)
-				return shm_recv_down_rest(s, fd, m, got, flags);
+				return shm_recv_back_rest(s, fd, m, got, flags);
 			goto again;
 		}
 		/* the lease: before waiting (or reading the kernel), not for data
@@ -383,7 +383,7 @@ again:
 			if (ready_now(c, fd, peek_now, total))
 				continue;
 		}
-		if (shm_down_asked(c)) {
+		if (shm_back_asked(c)) {
 			/* answered before any sleep: its token is gone (mid
 			 * MSG_WAITALL too: the peer may wait for the answer before
 			 * it sends the rest) */
@@ -393,7 +393,7 @@ again:
 			shm_unlock(&c->rx->rx_lock);
 			if (!got)
 				goto again;
-			if (shm_down_step(s, fd) < 0 || shm_lock(&c->rx->rx_lock))
+			if (shm_back_step(s, fd) < 0 || shm_lock(&c->rx->rx_lock))
 				return (ssize_t)got;
 			continue;
 		}
@@ -435,7 +435,7 @@ again:
 		 * plain recv, because this is one */
 		atomic_fetch_add(&dsock_sleepers, 1);
 		shm_rx_settle(c, fd);
-		if (ready_now(c, fd, peek_now, total) || shm_down_asked(c)) {
+		if (ready_now(c, fd, peek_now, total) || shm_back_asked(c)) {
 			/* (the settle's drain may have taken a hand-over's token:
 			 * the loop answers it above instead of sleeping) */
 			atomic_fetch_sub(&dsock_sleepers, 1);
@@ -465,7 +465,7 @@ again:
 			peek_now = 1; /* EOF came first: what is there */
 		atomic_fetch_sub(&dsock_sleepers, 1);
 		dsock_wait_end(wait_start);
-		if (!got && shm_down_any(c) && !(r < 0 && (e == EAGAIN || e == EINTR)))
+		if (!got && shm_back_any(c) && !(r < 0 && (e == EAGAIN || e == EINTR)))
 			goto again; /* a side asks to go back to the kernel */
 		if (shm_lock(&c->rx->rx_lock))
 			return shm_fault(s, fd, "lock held forever");

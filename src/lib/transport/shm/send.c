@@ -56,7 +56,7 @@ static int consumer_gone(struct shm_conn *c, int fd, int locked)
 		return 1;
 	if ((p.revents & POLLRDHUP) && (locked || shm_tx_trylock(c))) {
 		char t = 0;
-		if (!__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
+		if (!__atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE))
 			dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (!locked)
 			shm_tx_unlock(c);
@@ -75,7 +75,7 @@ static int wait_space(struct shm_conn *c, int fd)
 	__atomic_fetch_or(&c->tx->tx_waiting, DSOCK_TXW_FUTEX, __ATOMIC_SEQ_CST);
 	/* (a move back whose turn comes only with both rings empty waits for
 	 * room like any send: returning at once would spin) */
-	if (tx_space(c, &tail) != 0 || shm_down_now(c))
+	if (tx_space(c, &tail) != 0 || shm_back_now(c))
 		return 0;
 	/* not FUTEX_PRIVATE: the word is shared with the other process */
 	if (syscall(SYS_futex, &c->tx->space_seq, FUTEX_WAIT, seq, &slice, NULL, 0) < 0 && errno == EINTR)
@@ -171,7 +171,7 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 	ssize_t r;
 	int err = 0, announced = 0, follow = 0, nb = -1;
 
-	if ((flags & MSG_OOB) && shm_go_back(s, fd, DSOCK_DOWN_URGENT) < 0)
+	if ((flags & MSG_OOB) && shm_go_back(s, fd, DSOCK_BACK_URGENT) < 0)
 		return -ECONNRESET;
 	if (!shm_progress(s, fd) || c->state != SC_ATTACHED) {
 		/* PENDING (or gone to the kernel): the kernel carries it; the
@@ -188,28 +188,28 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 	if (m->msg_iovlen > IOV_MAX)
 		return -EMSGSIZE;
 again:
-	if (shm_down_any(c)) {
-		/* back to the kernel (down.c): once our sending is there, the
+	if (shm_back_any(c)) {
+		/* back to the kernel (back.c): once our sending is there, the
 		 * kernel answers every send, exactly as for a plain socket; a
 		 * blocking send that filled the ring goes on there with the rest */
-		int d = shm_down_step(s, fd);
+		int d = shm_back_step(s, fd);
 		if (d < 0)
 			return done ? (ssize_t)done : d;
-		if (__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
+		if (__atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE))
 			return send_rest_plain(fd, m, done, flags);
 	}
 	if (shm_tx_lock(c))
 		return done ? (ssize_t)done : shm_fault(s, fd, "lock held forever");
-	if (__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
+	if (__atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE)) {
 		/* the peer moved our sending back (a hand-over it makes without
 		 * us, handover.c) while we waited for the lock */
 		shm_tx_unlock(c);
 		return send_rest_plain(fd, m, done, flags);
 	}
-	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) &&
+	if (__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE) &&
 	    !__atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE) && follow++ < FOLLOW_TRIES) {
 		/* the peer's sending went back while we waited for the lock
-		 * (down.c, tx_down): ours follows before a byte enters the ring
+		 * (back.c, tx_back): ours follows before a byte enters the ring
 		 * (a few tries: a lock may be busy for a moment; a peer that
 		 * holds it for ever gets the ring as before) */
 		shm_tx_unlock(c);
@@ -243,10 +243,10 @@ again:
 			return done ? (ssize_t)done : shm_fault(s, fd, "tx indices out of range");
 		}
 		if (space == 0) {
-			if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) && follow++ < FOLLOW_TRIES) {
+			if (__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE) && follow++ < FOLLOW_TRIES) {
 				/* the peer's sending is plain: no space token will
 				 * come (an edge-triggered writer would wait for ever);
-				 * ours goes back now (down.c), unless a lock is busy
+				 * ours goes back now (back.c), unless a lock is busy
 				 * for a moment */
 				shm_tx_unlock(c);
 				sched_yield();
@@ -294,7 +294,7 @@ again:
 				return done ? (ssize_t)done : shm_fault(s, fd, "lock held forever");
 			if (err)
 				break;
-			if (shm_down_any(c)) {
+			if (shm_back_any(c)) {
 				/* back to the kernel: what the ring holds goes there
 				 * first, then the rest of this send */
 				shm_tx_unlock(c);
@@ -325,15 +325,15 @@ ssize_t shm_sendmsg_solo(struct dsock_sock *s, int fd, const struct msghdr *m, i
 	if (c->state != SC_ATTACHED || !__atomic_load_n(&c->reported, __ATOMIC_RELAXED) || (flags & MSG_OOB) ||
 	    atomic_load_explicit(&c->kfd, memory_order_relaxed) >= 0 || m->msg_iovlen > IOV_MAX ||
 	    __atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE ||
-	    shm_down_any(c) || __atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE) ||
+	    shm_back_any(c) || __atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE) ||
 	    __atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE) || !shm_active(c))
 		return DSOCK_ESLOW;
 	total = iov_total(m);
 	if (!total || shm_tx_lock(c))
 		return DSOCK_ESLOW;
-	if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) ||
-	    __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
-		shm_tx_unlock(c); /* it went back meanwhile: ours follows (down.c) */
+	if (__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE)) {
+		shm_tx_unlock(c); /* it went back meanwhile: ours follows (back.c) */
 		return DSOCK_ESLOW;
 	}
 	if (tx_space_for(c, &tail, total) < (int64_t)total) {

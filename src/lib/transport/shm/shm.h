@@ -59,7 +59,7 @@ struct shm_conn {
 	int32_t asleep_delta; /* our part of the service's asleep score not
 			       * yet added to it (rx lock held; tokens.c,
 			       * note_read) */
-	uint32_t test_reads;  /* ring reads, for DSOCK_TEST_DOWN_READS */
+	uint32_t test_reads;  /* ring reads, for DSOCK_TEST_BACK_READS */
 	uint16_t service;    /* the service port: the peer's if we connected,
 			      * ours if we accepted (0: unknown) */
 	uint32_t nr;         /* this connection's number in this process */
@@ -103,7 +103,7 @@ struct shm_conn {
 extern const struct dsock_transport dsock_shm_transport;
 /* Connections of this process whose bytes went through a ring. */
 extern _Atomic long shm_ring_conns;
-/* ... and of them, those that went back to the kernel (down.c). */
+/* ... and of them, those that went back to the kernel (back.c). */
 extern _Atomic long shm_back_conns;
 
 static inline struct shm_conn *shm_conn(struct dsock_sock *s)
@@ -115,9 +115,9 @@ static inline struct shm_conn *shm_conn(struct dsock_sock *s)
 extern int shm_offer_calls; /* DSOCK_OFFER_CALLS */
 extern unsigned shm_asleep_reads; /* DSOCK_ASLEEP_READS */
 /* For tests: every connection asks to go back to the kernel at its Nth
- * ring read, as one whose consumers sleep (DSOCK_TEST_DOWN_READS; 0 never):
+ * ring read, as one whose consumers sleep (DSOCK_TEST_BACK_READS; 0 never):
  * the move then happens mid-stream in every test that reads a ring. */
-extern unsigned shm_test_down_reads;
+extern unsigned shm_test_back_reads;
 /* The asleep score of this process's connections per service port (a
  * slot per port modulo its size; tokens.c, note_read). */
 #define SHM_ASLEEP_SLOTS 1024
@@ -252,7 +252,7 @@ int64_t shm_kernel_sent(int fd);
  * peer's switch offset.  Bytes, 0 on EOF, -EAGAIN, -errno. */
 ssize_t shm_rx_kernel(struct shm_conn *c, int fd, struct msghdr *m, size_t off, size_t want, int flags);
 /* Reads and discards tokens (rx lock held), counting them in side.kread,
- * never past a published down_off; to_end: until EAGAIN or EOF, else up
+ * never past a published back_off; to_end: until EAGAIN or EOF, else up
  * to a short read.  0, 1 on kernel EOF, or -errno. */
 int shm_drain_tokens(struct shm_conn *c, int fd, int to_end);
 /* Wakes the peer with a token on our kernel stream (switching it first if
@@ -263,45 +263,45 @@ int shm_wake_peer(struct shm_conn *c, int fd);
  * data).  0, or -EAGAIN (it cannot switch now). */
 int shm_last_token_locked(struct shm_conn *c, int fd);
 
-/* down.c: moving a connection back to the kernel when its fd goes to a
+/* back.c: moving a connection back to the kernel when its fd goes to a
  * holder that does not run dsock (an exec'ed static or setuid program, a
  * program the rules exclude, any receiver of SCM_RIGHTS).  That holder
  * would read wake-up tokens as data and never see the rings: so both
  * directions return to the kernel, each at an exact kernel byte offset
- * (side.down_off), with the ring bytes their consumer had not read sent
+ * (side.back_off), with the ring bytes their consumer had not read sent
  * after it.  See docs/ARCHITECTURE.md ("Handing a connection over"). */
 /* A side asked, or the peer went back (it may do so unasked: a hostile
  * peer may, and we must not loop on it). */
-static inline int shm_down_any(const struct shm_conn *c)
+static inline int shm_back_any(const struct shm_conn *c)
 {
-	return __atomic_load_n(&c->me->down_req, __ATOMIC_ACQUIRE) |
-	       __atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE) |
-	       __atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&c->me->back_req, __ATOMIC_ACQUIRE) |
+	       __atomic_load_n(&c->peer->back_req, __ATOMIC_ACQUIRE) |
+	       __atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE);
 }
 /* A move back that can be made now: a direction already went, or a side
  * asks for one that does not wait for both rings to empty (all but the
  * move of a connection whose consumers sleep). */
-static inline int shm_down_now(const struct shm_conn *c)
+static inline int shm_back_now(const struct shm_conn *c)
 {
-	uint32_t a = __atomic_load_n(&c->me->down_req, __ATOMIC_ACQUIRE);
-	uint32_t b = __atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE);
+	uint32_t a = __atomic_load_n(&c->me->back_req, __ATOMIC_ACQUIRE);
+	uint32_t b = __atomic_load_n(&c->peer->back_req, __ATOMIC_ACQUIRE);
 
-	return __atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE) ||
-	       __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) || (a && a != DSOCK_DOWN_ASLEEP) ||
-	       (b && b != DSOCK_DOWN_ASLEEP);
+	return __atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE) ||
+	       __atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE) || (a && a != DSOCK_BACK_ASLEEP) ||
+	       (b && b != DSOCK_BACK_ASLEEP);
 }
 /* The peer asks us to go back and we have not yet: a receiver waiting on
  * the ring must answer (the request's wake-up token may be the one it just
  * drained while spinning). */
-static inline int shm_down_asked(const struct shm_conn *c)
+static inline int shm_back_asked(const struct shm_conn *c)
 {
-	return __atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE) &&
-	       !__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&c->peer->back_req, __ATOMIC_ACQUIRE) &&
+	       !__atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE);
 }
 extern unsigned shm_fork_gen;
 /* Another process may hold our end, or did: a fork (fork_gen) or an
  * adoption (holders).  Such a connection never moves back first because
- * its consumers sleep (down.c), nor asks to (tokens.c). */
+ * its consumers sleep (back.c), nor asks to (tokens.c). */
 static inline int shm_shared(const struct shm_conn *c)
 {
 	return c->fork_gen != shm_fork_gen || __atomic_load_n(&c->me->holders, __ATOMIC_RELAXED) != 1 ||
@@ -310,25 +310,25 @@ static inline int shm_shared(const struct shm_conn *c)
 /* Before a call (no shared lock held): answers the peer's request by
  * moving our sending back; leaves the transport once both directions are
  * plain.  0, or -ECONNRESET if the move failed (connection reset). */
-int shm_down_step(struct dsock_sock *s, int fd);
+int shm_back_step(struct dsock_sock *s, int fd);
 /* The same without leaving the transport (close). */
-int shm_down_answer(struct dsock_sock *s, int fd);
+int shm_back_answer(struct dsock_sock *s, int fd);
 /* Moves our sending back to the kernel for good (the three locks of
- * down.c held meanwhile).  0, -EAGAIN (not now: try again), or -errno.
+ * back.c held meanwhile).  0, -EAGAIN (not now: try again), or -errno.
  * asleep: the move of a connection whose consumers sleep (one try, both
  * rings empty, a last token), else a hand-over's (waits for the peer's
  * rx lock, sends again what the ring holds). */
-int shm_tx_down(struct shm_conn *c, int fd, int asleep);
+int shm_tx_back(struct shm_conn *c, int fd, int asleep);
 /* Sends n bytes on fd without blocking, from the ring `ring` at index
  * head, or from buf when ring is NULL (the socket's buffer grown once if
  * need be).  0 or -errno. */
 int shm_send_backlog(struct shm_conn *c, int fd, const unsigned char *ring, const unsigned char *buf,
 		     uint64_t head, uint64_t n);
-/* The peer's stream as we read it: its switch offset, its down_off (a
+/* The peer's stream as we read it: its switch offset, its back_off (a
  * switch offset past it is cut to it) and our kernel bytes read. */
 void shm_peer_offsets(struct shm_conn *c, uint64_t *sw, uint64_t *dn, uint64_t *kr);
 /* Discards the peer's tokens in our kernel socket (rx lock held, past its
- * switch offset, its down_off published): 1 when none is left, 2 at EOF,
+ * switch offset, its back_off published): 1 when none is left, 2 at EOF,
  * 0 if some are still to come, or -errno. */
 int shm_discard_tokens(struct shm_conn *c, int fd);
 /* A lock of the peer's, tried (two sides going back at once would each
@@ -343,27 +343,27 @@ void shm_nap(long ns);
  * reset, logged). */
 int shm_handover(struct dsock_sock *s, int fd);
 /* Both directions back to the kernel for a feature the ring cannot carry
- * (why: DSOCK_DOWN_URGENT, DSOCK_DOWN_RCVLOWAT): ours now, the peer's now
+ * (why: DSOCK_BACK_URGENT, DSOCK_BACK_RCVLOWAT): ours now, the peer's now
  * too where the daemon lends its socket, else at its next call (it looks
  * for our request before every ring byte).  A connection not attached yet
  * is refused its pairing instead.  0, or -ECONNRESET (reset, logged). */
 int shm_go_back(struct dsock_sock *s, int fd, uint32_t why);
 /* Receiving once the peer's sending is back on the kernel. */
-ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
+ssize_t shm_recv_back(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
 /* The rest of a MSG_WAITALL receive that had read got bytes (no lock
  * held): element by element of m's iovec, as plain receives.  Returns got
  * plus what came; short only on EOF, an error, a timeout or a signal, as
  * the kernel's. */
-ssize_t shm_recv_down_rest(struct dsock_sock *s, int fd, struct msghdr *m, size_t got, int flags);
+ssize_t shm_recv_back_rest(struct dsock_sock *s, int fd, struct msghdr *m, size_t got, int flags);
 /* Readable bytes then (FIONREAD), and whether a kernel-readable socket
  * holds only tokens (our pollers' filter). */
-long shm_readable_down(struct shm_conn *c, int fd);
+long shm_readable_back(struct shm_conn *c, int fd);
 /* At the last close: the peer's tokens out of the way (once every byte it
  * sent before its switch is read), so that the kernel's close is a FIN,
  * not a reset.  Our receives may never have noticed its switch: a peer
- * whose consumers sleep switches to send its last token (tx_down). */
-void shm_down_discard(struct shm_conn *c, int fd);
-int shm_spurious_down(struct shm_conn *c, int fd);
+ * whose consumers sleep switches to send its last token (tx_back). */
+void shm_back_discard(struct shm_conn *c, int fd);
+int shm_spurious_back(struct shm_conn *c, int fd);
 
 /* lease.c and tokens.c, for recv.c: the consumer's side of the rings (rx
  * lock held unless said otherwise). */

@@ -117,7 +117,7 @@ void shm_ring_doorbell(struct shm_conn *c, int fd)
  * first such read.  A connection adds its part at each read after a sleep
  * (no shared write on the path that did not sleep) and at its release.  At
  * shm_asleep_reads this side asks both directions back onto the kernel
- * (down.c), for good. */
+ * (back.c), for good. */
 #define ASLEEP_SMALL 4096
 #define ASLEEP_FLUSH 256 /* a read without a sleep adds its -8s at this many */
 _Atomic int32_t shm_asleep_score[SHM_ASLEEP_SLOTS];
@@ -140,21 +140,21 @@ int32_t shm_asleep_flush(struct shm_conn *c)
 }
 
 /* Asks for the kernel (rx lock held). */
-static void ask_down(struct shm_conn *c, const char *why)
+static void ask_back(struct shm_conn *c, const char *why)
 {
 	uint32_t none = 0;
 
 	if (__atomic_load_n(&c->me->closing, __ATOMIC_RELAXED) || shm_shared(c))
 		return;
-	if (__atomic_compare_exchange_n(&c->me->down_req, &none, DSOCK_DOWN_ASLEEP, 0, __ATOMIC_SEQ_CST,
+	if (__atomic_compare_exchange_n(&c->me->back_req, &none, DSOCK_BACK_ASLEEP, 0, __ATOMIC_SEQ_CST,
 					__ATOMIC_RELAXED))
 		DSOCK_DBG("port %u: %s: asking for the kernel", c->service, why);
 }
 
 void shm_note_read(struct shm_conn *c, size_t n)
 {
-	if (shm_test_down_reads && ++c->test_reads >= shm_test_down_reads)
-		ask_down(c, "DSOCK_TEST_DOWN_READS");
+	if (shm_test_back_reads && ++c->test_reads >= shm_test_back_reads)
+		ask_back(c, "DSOCK_TEST_BACK_READS");
 	if (!shm_asleep_reads)
 		return;
 	if (seen_sleep_gen == dsock_sleep_gen) {
@@ -171,7 +171,7 @@ void shm_note_read(struct shm_conn *c, size_t n)
 	if (n < ASLEEP_SMALL)
 		c->asleep_delta++;
 	if (shm_asleep_flush(c) >= (int32_t)shm_asleep_reads)
-		ask_down(c, "its consumers found asleep");
+		ask_back(c, "its consumers found asleep");
 }
 
 /* Moves our sending from the kernel to the ring (tx lock held, connection
@@ -186,7 +186,7 @@ int shm_switch_tx_locked(struct shm_conn *c, int fd, int force)
 		return 0;
 	if (__atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE))
 		return -EPIPE; /* shut down before switching: nothing more to send */
-	if (shm_down_any(c) && !force)
+	if (shm_back_any(c) && !force)
 		return -EAGAIN; /* going back to the kernel: stay there */
 	/* switch only when the kernel holds nothing unsent: while the peer's
 	 * window is full the kernel's backpressure (blocking, SO_SNDTIMEO,
@@ -227,7 +227,7 @@ int shm_wake_peer(struct shm_conn *c, int fd)
 	if (shm_tx_lock(c))
 		return -EAGAIN;
 	/* a token is a token only once our sending has switched */
-	e = __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) || !shm_active(c) ? -EAGAIN :
+	e = __atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE) || !shm_active(c) ? -EAGAIN :
 	    shm_last_token_locked(c, fd);
 	shm_tx_unlock(c);
 	return e;
@@ -266,7 +266,7 @@ void shm_space_freed(struct shm_conn *c, int fd)
 			if (e)
 				return;
 		}
-		if (__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
+		if (__atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE))
 			return; /* our kernel stream carries data now, no tokens */
 		__atomic_store_n(&c->rx->space_token, 1, __ATOMIC_SEQ_CST);
 		char t = 0;
@@ -275,7 +275,7 @@ void shm_space_freed(struct shm_conn *c, int fd)
 }
 
 /* Reads and discards tokens (rx lock held), counting them in side.kread:
- * a downgrade (down.c) names the kernel byte where plain data resumes,
+ * a move back (back.c) names the kernel byte where plain data resumes,
  * and no drain reads past it.  to_end: until the kernel says EAGAIN or
  * EOF; else it stops at a short read (one system call instead of two, on
  * every leave of an event loop's receive).  Returns 0, 1 on kernel EOF,
@@ -287,8 +287,8 @@ int shm_drain_tokens(struct shm_conn *c, int fd, int to_end)
 	for (;;) {
 		size_t want = sizeof(buf);
 		uint64_t got = __atomic_load_n(&c->me->kread, __ATOMIC_RELAXED);
-		if (__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) {
-			uint64_t left = __atomic_load_n(&c->peer->down_off, __ATOMIC_RELAXED) - got;
+		if (__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE)) {
+			uint64_t left = __atomic_load_n(&c->peer->back_off, __ATOMIC_RELAXED) - got;
 			if (left == 0 || left > (1ULL << 62))
 				return 0;
 			if (want > left)

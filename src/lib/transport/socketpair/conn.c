@@ -311,7 +311,7 @@ static int offer_done(void *arg)
 static void sp_closing(struct dsock_sock *s, int fd)
 {
 	struct sp_conn *c = sp_conn(s);
-	int pf, n = 0;
+	int pf, n = 0, rx;
 
 	/* the daemon holds a copy of a socket it has not answered for: the
 	 * close is the last reference (epoll forgets it, a FIN goes) only
@@ -319,9 +319,16 @@ static void sp_closing(struct dsock_sock *s, int fd)
 	if (c && c->pending_since && atomic_load(&c->sh->state) == SP_PENDING)
 		dsock_ctl_mail_until(offer_done, c, 200);
 
-	if (!c || (pf = __atomic_exchange_n(&c->pairfd, -1, __ATOMIC_ACQ_REL)) < 0)
+	if (!c || __atomic_load_n(&c->pairfd, __ATOMIC_ACQUIRE) < 0)
 		return;
-	if (atomic_load(&c->sh->rx) == SPRX_PAIR && dsock_real.ioctl(pf, FIONREAD, &n) == 0 && n > 0) {
+	/* (the peer's headers first: what follows them is its data) */
+	if (sp_lock(&c->sh->rx_mu) == 0) {
+		sp_read_headers(c);
+		sp_unlock(&c->sh->rx_mu);
+	}
+	pf = __atomic_exchange_n(&c->pairfd, -1, __ATOMIC_ACQ_REL);
+	rx = atomic_load(&c->sh->rx);
+	if ((rx == SPRX_PAIR || rx == SPRX_KERNEL) && dsock_real.ioctl(pf, FIONREAD, &n) == 0 && n > 0) {
 		struct linger lg = { 1, 0 };
 		dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	}

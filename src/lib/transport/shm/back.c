@@ -4,11 +4,11 @@
  * byte offset of its kernel stream, before the fd leaves.
  *
  * A side's kernel stream, once it has gone back, reads: data sent before
- * its switch, tokens up to side.down_off, then plain data, starting with
+ * its switch, tokens up to side.back_off, then plain data, starting with
  * the ring bytes its consumer had not read (re-sent from the ring).  The
  * side going back holds the three locks that keep any other byte out of
  * that count: its tx lock (sends, data tokens), its rx lock (space tokens)
- * and the peer's rx lock (the peer's drains, which stop at down_off).
+ * and the peer's rx lock (the peer's drains, which stop at back_off).
  * See docs/ARCHITECTURE.md ("Handing a connection over"). */
 #include "lib/transport/shm/shm.h"
 #include "lib/base/real.h"
@@ -90,7 +90,7 @@ int shm_send_backlog(struct shm_conn *c, int fd, const unsigned char *ring, cons
  * peer with a last token; the peer's writers look for our move under
  * their tx lock (sendmsg_in, shm_sendmsg_solo) and move theirs, with
  * their ring still empty, before they write again. */
-int shm_tx_down(struct shm_conn *c, int fd, int asleep)
+int shm_tx_back(struct shm_conn *c, int fd, int asleep)
 {
 	int r = 0, first = 0;
 
@@ -103,7 +103,7 @@ int shm_tx_down(struct shm_conn *c, int fd, int asleep)
 		}
 		if (shm_trylock_peer(&c->tx->rx_lock, round)) {
 			/* (the peer moves under the lock we now hold) */
-			first = asleep && !__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE);
+			first = asleep && !__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE);
 			if (!first || (!shm_shared(c) && shm_peer_tx_trylock(c)))
 				break;
 			first = 0;
@@ -120,7 +120,7 @@ int shm_tx_down(struct shm_conn *c, int fd, int asleep)
 		else
 			shm_nap(20000);
 	}
-	if (!__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE)) {
+	if (!__atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE)) {
 		uint64_t head = __atomic_load_n(&c->tx->head, __ATOMIC_ACQUIRE);
 		uint64_t tail = __atomic_load_n(&c->tx->tail, __ATOMIC_RELAXED);
 		uint64_t n = __atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE ?
@@ -128,7 +128,7 @@ int shm_tx_down(struct shm_conn *c, int fd, int asleep)
 		int64_t k;
 
 		/* the first side: both rings empty, and the last token (counted
-		 * in down_off below); not now (-EAGAIN) if a consumer has ring
+		 * in back_off below); not now (-EAGAIN) if a consumer has ring
 		 * bytes to read first, or our kernel stream cannot switch yet */
 		if (first && (r = n || __atomic_load_n(&c->rx->tail, __ATOMIC_ACQUIRE) !=
 					       __atomic_load_n(&c->rx->head, __ATOMIC_RELAXED) ?
@@ -142,8 +142,8 @@ int shm_tx_down(struct shm_conn *c, int fd, int asleep)
 		else if (n)
 			r = shm_send_backlog(c, fd, c->txd, NULL, head, n);
 		if (!r) {
-			__atomic_store_n(&c->me->down_off, (uint64_t)k, __ATOMIC_RELAXED);
-			__atomic_store_n(&c->me->down_sent, 1, __ATOMIC_SEQ_CST);
+			__atomic_store_n(&c->me->back_off, (uint64_t)k, __ATOMIC_RELAXED);
+			__atomic_store_n(&c->me->back_sent, 1, __ATOMIC_SEQ_CST);
 			DSOCK_DBG("fd %d: sending back on the kernel at byte %lld, %llu ring bytes re-sent", fd,
 				  (long long)k, (unsigned long long)n);
 		}
@@ -158,11 +158,11 @@ out:
 }
 
 /* The peer's stream, for us: data before its switch, tokens up to its
- * down_off, then plain.  Its offsets as we use them (a switch offset past
- * down_off breaks the rules and is cut to it). */
+ * back_off, then plain.  Its offsets as we use them (a switch offset past
+ * back_off breaks the rules and is cut to it). */
 void shm_peer_offsets(struct shm_conn *c, uint64_t *sw, uint64_t *dn, uint64_t *kr)
 {
-	*dn = __atomic_load_n(&c->peer->down_off, __ATOMIC_RELAXED);
+	*dn = __atomic_load_n(&c->peer->back_off, __ATOMIC_RELAXED);
 	*sw = __atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE);
 	if (*sw > *dn)
 		*sw = *dn;
@@ -175,7 +175,7 @@ static int rx_plain(struct shm_conn *c)
 {
 	uint64_t sw, dn, kr;
 
-	if (!__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE))
+	if (!__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE))
 		return 0;
 	if (__atomic_load_n(&c->peer->switch_off, __ATOMIC_ACQUIRE) == DSOCK_SWITCH_NONE)
 		return 1; /* it never sent a token */
@@ -184,7 +184,7 @@ static int rx_plain(struct shm_conn *c)
 }
 
 /* Discards the peer's tokens that are in the kernel now (rx lock held,
- * past its switch offset, its down_off published: the drain stops there).
+ * past its switch offset, its back_off published: the drain stops there).
  * Returns 1 when none is left, 2 at EOF (the stream ends here), 0 if some
  * are still to come, or -errno. */
 int shm_discard_tokens(struct shm_conn *c, int fd)
@@ -199,12 +199,12 @@ int shm_discard_tokens(struct shm_conn *c, int fd)
 /* Why the connection goes back, for `dsock stat`: a hand-over if either
  * side asks for one (or asks in a way we do not know), else urgent data,
  * else SO_RCVLOWAT, else its consumers sleep. */
-static unsigned down_reason(struct shm_conn *c)
+static unsigned back_reason(struct shm_conn *c)
 {
-	uint32_t a = __atomic_load_n(&c->me->down_req, __ATOMIC_ACQUIRE);
-	uint32_t b = __atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE);
-	static const unsigned rank[] = { [DSOCK_DOWN_ASLEEP] = 1, [DSOCK_DOWN_RCVLOWAT] = 2,
-					 [DSOCK_DOWN_URGENT] = 3, [DSOCK_DOWN_HANDOVER] = 4 };
+	uint32_t a = __atomic_load_n(&c->me->back_req, __ATOMIC_ACQUIRE);
+	uint32_t b = __atomic_load_n(&c->peer->back_req, __ATOMIC_ACQUIRE);
+	static const unsigned rank[] = { [DSOCK_BACK_ASLEEP] = 1, [DSOCK_BACK_RCVLOWAT] = 2,
+					 [DSOCK_BACK_URGENT] = 3, [DSOCK_BACK_HANDOVER] = 4 };
 	static const unsigned why[] = { DSOCK_R_HANDED_OVER, DSOCK_R_ASLEEP, DSOCK_R_RCVLOWAT, DSOCK_R_URGENT,
 					DSOCK_R_HANDED_OVER };
 	unsigned ra = a < sizeof(rank) / sizeof(rank[0]) ? rank[a] : 4;
@@ -214,24 +214,24 @@ static unsigned down_reason(struct shm_conn *c)
 	return why[ra > rb ? ra : rb];
 }
 
-int shm_down_answer(struct dsock_sock *s, int fd)
+int shm_back_answer(struct dsock_sock *s, int fd)
 {
 	struct shm_conn *c = shm_conn(s);
 	int r;
 
 	/* the peer's request, or our own when its consumer sleeps (a
-	 * hand-over's own thread moves ours too: tx_down runs once) */
-	if ((!__atomic_load_n(&c->peer->down_req, __ATOMIC_ACQUIRE) &&
-	     !__atomic_load_n(&c->me->down_req, __ATOMIC_ACQUIRE) &&
-	     !__atomic_load_n(&c->peer->down_sent, __ATOMIC_ACQUIRE)) ||
-	    __atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE))
+	 * hand-over's own thread moves ours too: tx_back runs once) */
+	if ((!__atomic_load_n(&c->peer->back_req, __ATOMIC_ACQUIRE) &&
+	     !__atomic_load_n(&c->me->back_req, __ATOMIC_ACQUIRE) &&
+	     !__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE)) ||
+	    __atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE))
 		return 0;
-	unsigned why = down_reason(c);
+	unsigned why = back_reason(c);
 	/* after our FIN nothing follows on the kernel: our ring ends the
 	 * stream, and a peer whose consumers sleep needs no answer */
 	if (why == DSOCK_R_ASLEEP && __atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE))
 		return 0;
-	r = shm_tx_down(c, fd, why == DSOCK_R_ASLEEP);
+	r = shm_tx_back(c, fd, why == DSOCK_R_ASLEEP);
 	if (r == -EAGAIN)
 		return 0; /* busy: the next call answers */
 	if (r) {
@@ -245,26 +245,26 @@ int shm_down_answer(struct dsock_sock *s, int fd)
 
 _Atomic long shm_back_conns;
 
-int shm_down_step(struct dsock_sock *s, int fd)
+int shm_back_step(struct dsock_sock *s, int fd)
 {
 	struct shm_conn *c = shm_conn(s);
-	int r = shm_down_answer(s, fd);
+	int r = shm_back_answer(s, fd);
 
 	if (r < 0)
 		return r;
-	if (__atomic_load_n(&c->me->down_sent, __ATOMIC_ACQUIRE) && rx_plain(c) &&
+	if (__atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE) && rx_plain(c) &&
 	    __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) == &dsock_shm_transport) {
 		/* both directions plain: this process leaves the transport */
 		shm_linger_forget(c);
 		dsock_hidden_set(c->sock, &c->unbacked, 0);
 		if (c->used_ring)
 			atomic_fetch_add(&shm_back_conns, 1);
-		shm_detach(s, down_reason(c));
+		shm_detach(s, back_reason(c));
 	}
 	return 0;
 }
 
-ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
+ssize_t shm_recv_back(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 {
 	struct shm_conn *c = shm_conn(s);
 	int nb = -1;
@@ -278,7 +278,7 @@ ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 		dsock_hidden_set(c->sock, &c->unbacked, 0);
 		if (rx_plain(c)) {
 			shm_unlock(&c->rx->rx_lock);
-			shm_down_step(s, fd);
+			shm_back_step(s, fd);
 			r = dsock_real.recvmsg(fd, m, flags);
 			return r < 0 ? -errno : r;
 		}
@@ -287,7 +287,7 @@ ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 		if (kr < sw) {
 			/* data the peer sent before its switch (a short count at
 			 * this one boundary: a MSG_WAITALL caller goes on with
-			 * shm_recv_down_rest) */
+			 * shm_recv_back_rest) */
 			size_t total = 0;
 			for (size_t i = 0; i < m->msg_iovlen; i++)
 				total += m->msg_iov[i].iov_len;
@@ -321,7 +321,7 @@ ssize_t shm_recv_down(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 	}
 }
 
-ssize_t shm_recv_down_rest(struct dsock_sock *s, int fd, struct msghdr *m, size_t got, int flags)
+ssize_t shm_recv_back_rest(struct dsock_sock *s, int fd, struct msghdr *m, size_t got, int flags)
 {
 	size_t off = got;
 
@@ -334,7 +334,7 @@ ssize_t shm_recv_down_rest(struct dsock_sock *s, int fd, struct msghdr *m, size_
 		while (off < len) {
 			struct iovec v = { (char *)m->msg_iov[i].iov_base + off, len - off };
 			struct msghdr one = { .msg_iov = &v, .msg_iovlen = 1 };
-			ssize_t r = shm_recv_down(s, fd, &one, flags);
+			ssize_t r = shm_recv_back(s, fd, &one, flags);
 			if (r <= 0)
 				return (ssize_t)got; /* EOF, error, timeout, signal */
 			got += (size_t)r;
@@ -345,7 +345,7 @@ ssize_t shm_recv_down_rest(struct dsock_sock *s, int fd, struct msghdr *m, size_
 	return (ssize_t)got;
 }
 
-long shm_readable_down(struct shm_conn *c, int fd)
+long shm_readable_back(struct shm_conn *c, int fd)
 {
 	uint64_t sw, dn, kr;
 	int inq = 0;
@@ -373,7 +373,7 @@ static void discard_if_read(struct shm_conn *c, int fd)
 		shm_discard_tokens(c, fd);
 }
 
-void shm_down_discard(struct shm_conn *c, int fd)
+void shm_back_discard(struct shm_conn *c, int fd)
 {
 	if (shm_lock(&c->rx->rx_lock))
 		return;
@@ -381,7 +381,7 @@ void shm_down_discard(struct shm_conn *c, int fd)
 	shm_unlock(&c->rx->rx_lock);
 }
 
-int shm_spurious_down(struct shm_conn *c, int fd)
+int shm_spurious_back(struct shm_conn *c, int fd)
 {
 	char t;
 	ssize_t n;
