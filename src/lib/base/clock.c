@@ -4,6 +4,8 @@
 
 #include <fcntl.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #if defined(__x86_64__)
 #include <x86intrin.h>
 #endif
@@ -62,4 +64,13 @@ int64_t dsock_coarse_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t dsock_timeo_deadline(int fd, int opt)
+{
+	struct timeval tv = { 0, 0 };
+	socklen_t tl = sizeof(tv);
+
+	dsock_real.getsockopt(fd, SOL_SOCKET, opt, &tv, &tl);
+	return tv.tv_sec || tv.tv_usec ? dsock_mono_ns() + tv.tv_sec * 1000000000LL + tv.tv_usec * 1000LL : INT64_MAX;
 }

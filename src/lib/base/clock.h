@@ -27,6 +27,10 @@ int64_t dsock_coarse_ns(void);
  * elsewhere, and before dsock_clock_init, this is dsock_mono_ns. */
 int64_t dsock_fast_ns(void);
 
+/* The deadline (this clock) of a wait bounded by fd's SO_RCVTIMEO or
+ * SO_SNDTIMEO (opt), from now; INT64_MAX when it has none. */
+int64_t dsock_timeo_deadline(int fd, int opt);
+
 /* Reads the clock source once (start-up). */
 void dsock_clock_init(void);
 

@@ -162,13 +162,8 @@ static ssize_t sleep_partial(int fd, int64_t *deadline)
 	struct pollfd p = { .fd = fd, .events = POLLIN };
 	int ms = -1, r;
 
-	if (!*deadline) {
-		struct timeval tv = { 0, 0 };
-		socklen_t tl = sizeof(tv);
-		dsock_real.getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &tl);
-		*deadline = tv.tv_sec || tv.tv_usec ? dsock_mono_ns() + tv.tv_sec * 1000000000LL + tv.tv_usec * 1000LL
-						    : INT64_MAX;
-	}
+	if (!*deadline)
+		*deadline = dsock_timeo_deadline(fd, SO_RCVTIMEO);
 	if (*deadline != INT64_MAX) {
 		int64_t left = *deadline - dsock_mono_ns();
 		ms = left <= 0 ? 0 : (int)((left + 999999) / 1000000);
@@ -186,6 +181,145 @@ static int ready_now(struct shm_conn *c, int fd, int peek_now, size_t total)
 	uint64_t head;
 
 	return peek_now ? rx_avail(c, &head) > 0 : peek_ready(c, fd) >= total;
+}
+
+/* PENDING (or gone back): the kernel carries the receive.  We count
+ * ourselves, then make sure no attach is deciding (it would not see us);
+ * an attach that sees us waits for the next call.  Returns the kernel's
+ * result, or sets *on_ring when the connection is on the ring after all. */
+static ssize_t recv_pending(struct dsock_sock *s, struct shm_conn *c, int fd, struct msghdr *m, int flags,
+			    int *on_ring)
+{
+	do {
+		ssize_t r;
+		int err;
+
+		atomic_fetch_add(&c->kernel_rx_inflight, 1);
+		if (atomic_load(&c->attaching) || (c->state == SC_ATTACHED && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE))) {
+			atomic_fetch_sub(&c->kernel_rx_inflight, 1);
+			while (atomic_load(&c->attaching))
+				sched_yield();
+			continue;
+		}
+		r = dsock_real.recvmsg(fd, m, flags);
+		err = errno;
+		if (r > 0 && !(flags & MSG_PEEK))
+			atomic_fetch_add(&c->pending_read, r);
+		atomic_fetch_sub(&c->kernel_rx_inflight, 1);
+		return r < 0 ? -err : r;
+	} while (!shm_progress(s, fd) || c->state != SC_ATTACHED);
+	*on_ring = 1;
+	return 0;
+}
+
+/* Nothing to read and the spin is over: sleep in the kernel (rx lock held
+ * on entry).  A token, FIN or RST wakes us; the kernel applies SO_RCVTIMEO
+ * and the signal restart rules exactly as for a plain recv, because this
+ * is one.  Returns SLEPT_LOOK (look again, the lock held), SLEPT_DONE
+ * (*err says why, the lock held), SLEPT_AGAIN (a side asks to go back to
+ * the kernel: start over, the lock not held) or SLEPT_FAULT (the lock is
+ * broken: the connection was reset, *err the result). */
+enum { SLEPT_LOOK, SLEPT_DONE, SLEPT_AGAIN, SLEPT_FAULT };
+static int sleep_in_kernel(struct dsock_sock *s, struct shm_conn *c, int fd, size_t got, size_t total,
+			   int *peek_now, int64_t *rcv_deadline, int64_t *next_check, int *late_err, int *err)
+{
+	uint64_t head;
+	char t;
+	int inq = 0;
+	ssize_t r;
+
+	atomic_fetch_add(&dsock_sleepers, 1);
+	shm_rx_settle(c, fd);
+	if (ready_now(c, fd, *peek_now, total) || shm_back_asked(c)) {
+		/* (the settle's drain may have taken a hand-over's token:
+		 * the loop answers it instead of sleeping) */
+		atomic_fetch_sub(&dsock_sleepers, 1);
+		return SLEPT_LOOK;
+	}
+	shm_unlock(&c->rx->rx_lock);
+	int64_t wait_start = dsock_mono_ns();
+	/* a peek waiting for all of its bytes while the peer's pre-switch
+	 * bytes sit in the kernel: for one more byte there (data or a
+	 * token), uncopied; while only ring bytes are there, as a receive
+	 * that has some (a signal or SO_RCVTIMEO ends it with them) */
+	if (!*peek_now)
+		dsock_real.ioctl(fd, SIOCINQ, &inq);
+	if (got || (!*peek_now && !inq && rx_avail(c, &head) > 0))
+		r = sleep_partial(fd, rcv_deadline); /* (MSG_WAITALL) */
+	else
+		r = dsock_real.recv(fd, &t, (size_t)inq + 1, inq ? MSG_PEEK | MSG_WAITALL | MSG_TRUNC : MSG_PEEK);
+	*next_check = 0;
+	int e = errno;
+	if (r < 0)
+		shm_stash_err(c, e);
+	else if (!*peek_now && (size_t)r <= (size_t)inq)
+		*peek_now = 1; /* EOF came first: what is there */
+	atomic_fetch_sub(&dsock_sleepers, 1);
+	dsock_wait_end(wait_start);
+	if (!got && shm_back_any(c) && !(r < 0 && (e == EAGAIN || e == EINTR)))
+		return SLEPT_AGAIN;
+	if (shm_lock(&c->rx->rx_lock)) {
+		*err = shm_fault(s, fd, "lock held forever");
+		return SLEPT_FAULT;
+	}
+	if (r < 0 && (e == EAGAIN || e == EINTR)) {
+		if (!*peek_now && !got) {
+			*peek_now = 1; /* what is there, or the error */
+			*late_err = -e;
+			return SLEPT_LOOK;
+		}
+		*err = -e;
+		return SLEPT_DONE;
+	}
+	/* data, token, EOF or error (kept: the loop reports it once the
+	 * ring is dry): look again */
+	return SLEPT_LOOK;
+}
+
+/* After the loop (rx lock held): settle the ring's wake-up state and say
+ * what the receive returns. */
+static ssize_t recv_finish(struct dsock_sock *s, struct shm_conn *c, int fd, size_t got, int err, int eof)
+{
+	if (c->state == SC_ATTACHED && !__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
+		/* The peer may have switched while we held a lease: its first ring
+		 * bytes then came with no token, and once its last kernel byte is
+		 * read the kernel shows nothing.  End the lease, then look (seq_cst
+		 * both sides: it publishes switch_off before any ring byte and
+		 * looks at our lease after each): switched and its kernel bytes
+		 * all read means the ring is ours, to settle as usual (else
+		 * a receiver that read exactly up to the peer's switch offset
+		 * leaves the ring's data unseen by every poller). */
+		shm_lease(c, 0);
+		shm_rx_switch_if_read(c);
+	}
+	if (c->state == SC_ATTACHED && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
+		int k = !eof && !shm_err_is_fatal(err) ? shm_rx_leave(c, fd) : shm_rx_settle(c, fd);
+		if (k < 0 && !got && !eof && !err)
+			err = k;
+	} else {
+		shm_lease(c, 0);
+	}
+	shm_unlock(&c->rx->rx_lock);
+	if (got)
+		return (ssize_t)got;
+	int pe = shm_take_err(c);
+	if (pe) {
+		eof = 0; /* the error came before the EOF the socket shows now */
+		err = pe;
+	}
+	if (err == -ECONNRESET && c->state == SC_ATTACHED && peer_died_tokens_only(c)) {
+		err = 0;
+		eof = 1;
+	}
+	if (eof && peer_died_unread(c)) {
+		DSOCK_DBG("recv on fd %d: the peer ended without closing, our bytes unread: a reset", fd);
+		return shm_reset(s, fd, DSOCK_R_PEER_DIED);
+	}
+	if (eof || (err && err != -EAGAIN))
+		DSOCK_DBG("recv on fd %d: %s (switched %u, peer switch_off %llu, active %d)", fd,
+			  eof ? "EOF" : strerror(-err), c->me->rx_switched,
+			  (unsigned long long)c->peer->switch_off, shm_active(c));
+	return eof ? 0 : err;
 }
 
 ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
@@ -206,24 +340,11 @@ ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 		return r < 0 ? -errno : r;
 	}
 	c = shm_conn(s);
-	while (!shm_progress(s, fd) || c->state != SC_ATTACHED) {
-		/* PENDING: the kernel carries it.  Count ourselves, then make
-		 * sure no attach is deciding (it would not see us); an attach
-		 * that sees us waits for the next call. */
-		ssize_t r;
-		atomic_fetch_add(&c->kernel_rx_inflight, 1);
-		if (atomic_load(&c->attaching) || (c->state == SC_ATTACHED && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE))) {
-			atomic_fetch_sub(&c->kernel_rx_inflight, 1);
-			while (atomic_load(&c->attaching))
-				sched_yield();
-			continue;
-		}
-		r = dsock_real.recvmsg(fd, m, flags);
-		err = errno;
-		if (r > 0 && !(flags & MSG_PEEK))
-			atomic_fetch_add(&c->pending_read, r);
-		atomic_fetch_sub(&c->kernel_rx_inflight, 1);
-		return r < 0 ? -err : r;
+	if (!shm_progress(s, fd) || c->state != SC_ATTACHED) {
+		int on_ring = 0;
+		ssize_t r = recv_pending(s, c, fd, m, flags, &on_ring);
+		if (!on_ring)
+			return r;
 	}
 	if (m->msg_iovlen > IOV_MAX)
 		return -EMSGSIZE;
@@ -430,97 +551,16 @@ again:
 			dsock_spin_outcome(0); /* ran out: the sleep was not spared */
 			spun = 0;
 		}
-		/* sleep in the kernel: a token, FIN or RST wakes us; the kernel
-		 * applies SO_RCVTIMEO and signal restart rules exactly as for a
-		 * plain recv, because this is one */
-		atomic_fetch_add(&dsock_sleepers, 1);
-		shm_rx_settle(c, fd);
-		if (ready_now(c, fd, peek_now, total) || shm_back_asked(c)) {
-			/* (the settle's drain may have taken a hand-over's token:
-			 * the loop answers it above instead of sleeping) */
-			atomic_fetch_sub(&dsock_sleepers, 1);
-			spin_end = 0;
-			continue;
-		}
-		shm_unlock(&c->rx->rx_lock);
-		char t;
-		int64_t wait_start = dsock_mono_ns();
-		/* a peek waiting for all of its bytes while the peer's pre-switch
-		 * bytes sit in the kernel: for one more byte there (data or a
-		 * token), uncopied; while only ring bytes are there, as a receive
-		 * that has some (a signal or SO_RCVTIMEO ends it with them) */
-		int inq = 0;
-		if (!peek_now)
-			dsock_real.ioctl(fd, SIOCINQ, &inq);
-		ssize_t r;
-		if (got || (!peek_now && !inq && rx_avail(c, &head) > 0))
-			r = sleep_partial(fd, &rcv_deadline); /* (MSG_WAITALL) */
-		else
-			r = dsock_real.recv(fd, &t, (size_t)inq + 1, inq ? MSG_PEEK | MSG_WAITALL | MSG_TRUNC : MSG_PEEK);
-		next_check = 0;
-		int e = errno;
-		if (r < 0)
-			shm_stash_err(c, e);
-		else if (!peek_now && (size_t)r <= (size_t)inq)
-			peek_now = 1; /* EOF came first: what is there */
-		atomic_fetch_sub(&dsock_sleepers, 1);
-		dsock_wait_end(wait_start);
-		if (!got && shm_back_any(c) && !(r < 0 && (e == EAGAIN || e == EINTR)))
-			goto again; /* a side asks to go back to the kernel */
-		if (shm_lock(&c->rx->rx_lock))
-			return shm_fault(s, fd, "lock held forever");
+		int slept = sleep_in_kernel(s, c, fd, got, total, &peek_now, &rcv_deadline, &next_check,
+					    &late_err, &err);
+		if (slept == SLEPT_AGAIN)
+			goto again;
+		if (slept == SLEPT_FAULT)
+			return err;
 		spin_end = 0;
-		if (r < 0 && (e == EAGAIN || e == EINTR)) {
-			if (!peek_now && !got) {
-				peek_now = 1; /* what is there, or the error */
-				late_err = -e;
-				continue;
-			}
-			err = -e;
+		if (slept == SLEPT_DONE)
 			break;
-		}
-		/* data, token, EOF or error (kept: the loop reports it once the
-		 * ring is dry): look again */
 	}
-	if (c->state == SC_ATTACHED && !__atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
-		/* The peer may have switched while we held a lease: its first ring
-		 * bytes then came with no token, and once its last kernel byte is
-		 * read the kernel shows nothing.  End the lease, then look (seq_cst
-		 * both sides: it publishes switch_off before any ring byte and
-		 * looks at our lease after each): switched and its kernel bytes
-		 * all read means the ring is ours, to settle as usual (else
-		 * a receiver that read exactly up to the peer's switch offset
-		 * leaves the ring's data unseen by every poller). */
-		shm_lease(c, 0);
-		shm_rx_switch_if_read(c);
-	}
-	if (c->state == SC_ATTACHED && __atomic_load_n(&c->me->rx_switched, __ATOMIC_ACQUIRE)) {
-		int k = !eof && !shm_err_is_fatal(err) ? shm_rx_leave(c, fd) : shm_rx_settle(c, fd);
-		if (k < 0 && !got && !eof && !err)
-			err = k;
-	} else {
-		shm_lease(c, 0);
-	}
-	shm_unlock(&c->rx->rx_lock);
-	if (got)
-		return (ssize_t)got;
-	int pe = shm_take_err(c);
-	if (pe) {
-		eof = 0; /* the error came before the EOF the socket shows now */
-		err = pe;
-	}
-	if (err == -ECONNRESET && c->state == SC_ATTACHED && peer_died_tokens_only(c)) {
-		err = 0;
-		eof = 1;
-	}
-	if (eof && peer_died_unread(c)) {
-		DSOCK_DBG("recv on fd %d: the peer ended without closing, our bytes unread: a reset", fd);
-		return shm_reset(s, fd, DSOCK_R_PEER_DIED);
-	}
-	if (eof || (err && err != -EAGAIN))
-		DSOCK_DBG("recv on fd %d: %s (switched %u, peer switch_off %llu, active %d)", fd,
-			  eof ? "EOF" : strerror(-err), c->me->rx_switched,
-			  (unsigned long long)c->peer->switch_off, shm_active(c));
-	return eof ? 0 : err;
+	return recv_finish(s, c, fd, got, err, eof);
 }
 

@@ -278,13 +278,8 @@ again:
 			 * kernel's send does; a signal or SO_SNDTIMEO ends the wait
 			 * with what went in (or EINTR, EAGAIN when nothing did) */
 			shm_tx_unlock(c);
-			if (!deadline) {
-				struct timeval tv = { 0, 0 };
-				socklen_t tl = sizeof(tv);
-				dsock_real.getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &tl);
-				deadline = tv.tv_sec || tv.tv_usec ?
-					dsock_mono_ns() + tv.tv_sec * 1000000000LL + tv.tv_usec * 1000LL : INT64_MAX;
-			}
+			if (!deadline)
+				deadline = dsock_timeo_deadline(fd, SO_SNDTIMEO);
 			err = dsock_mono_ns() >= deadline ? -EAGAIN : wait_space(c, fd);
 			if (err == -EINTR && !done && dsock_signals_restart())
 				err = 0;

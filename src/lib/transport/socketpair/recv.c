@@ -31,14 +31,9 @@ static void rewatch_if(struct sp_conn *c, int before)
  * deadline (SO_RCVTIMEO, read once into *deadline); -EAGAIN: past it. */
 static int wait_ms(int fd, long long *deadline, int ms)
 {
-	if (!*deadline) {
-		struct timeval tv = { 0, 0 };
-		socklen_t tl = sizeof(tv);
-		dsock_real.getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &tl);
-		*deadline = tv.tv_sec || tv.tv_usec ? dsock_mono_ns() + tv.tv_sec * 1000000000LL + tv.tv_usec * 1000LL
-						    : LLONG_MAX;
-	}
-	if (*deadline != LLONG_MAX) {
+	if (!*deadline)
+		*deadline = dsock_timeo_deadline(fd, SO_RCVTIMEO);
+	if (*deadline != INT64_MAX) {
 		long long left = *deadline - dsock_mono_ns();
 		if (left <= 0)
 			return -EAGAIN;
@@ -58,37 +53,6 @@ static int wait_either(struct sp_conn *c, int fd, long long *deadline)
 	if (dsock_real.poll(p, p[1].fd >= 0 ? 2 : 1, ms) < 0)
 		return -errno;
 	return 0;
-}
-
-/* MSG_PEEK|MSG_WAITALL on the pair, whose peek does not wait for more
- * than it holds: waits (1 ms at a time) until it holds all, its EOF, the
- * deadline or a signal, then peeks what there is (-EAGAIN, -EINTR when
- * nothing). */
-static ssize_t peek_all(struct sp_conn *c, int fd, const struct msghdr *m, size_t want, int nb,
-			long long *deadline)
-{
-	struct iovec v[IOV_MAX];
-	struct msghdr pm = { .msg_iov = v, .msg_iovlen = sp_iov_part(m, 0, want, v) };
-	ssize_t r;
-
-	for (int n = 0, ms;; n = 0) {
-		struct pollfd p = { .fd = sp_pairfd(c), .events = POLLIN | POLLRDHUP };
-		if (dsock_real.ioctl(p.fd, FIONREAD, &n) < 0 || (size_t)n >= want || nb ||
-		    dsock_real.poll(&p, 1, 0) < 0 || (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
-			break;
-		if ((ms = wait_ms(fd, deadline, 1)) == -EAGAIN)
-			break;
-		if (dsock_real.poll(NULL, 0, ms) < 0 && errno == EINTR) {
-			if (!n && !dsock_signals_restart())
-				return -EINTR;
-			if (n)
-				break;
-		}
-	}
-	r = dsock_real.recvmsg(sp_pairfd(c), &pm, MSG_PEEK | MSG_DONTWAIT);
-	if (r > 0)
-		sp_count_carried(c);
-	return r < 0 ? -errno : r;
 }
 
 /* Before the peer's switch is known: the kernel's bytes, no further than
@@ -217,6 +181,28 @@ static void rx_back(struct sp_conn *c)
 	sp_maybe_detach(c);
 }
 
+/* MSG_PEEK|MSG_WAITALL before the kernel carries the receive again: the
+ * pair's peek does not wait for more than it holds, and a peek stops where
+ * the kernel's part ends, so this peeks without waiting and waits (1 ms at
+ * a time) until all of it is there, an EOF, the deadline or a signal;
+ * then it returns what there is (-EAGAIN, -EINTR when nothing). */
+static ssize_t peek_all(struct dsock_sock *s, int fd, struct msghdr *m, int flags, size_t want, int nb)
+{
+	long long deadline = 0;
+
+	for (;;) {
+		ssize_t r = sp_recvmsg(s, fd, m, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
+		int ms;
+
+		if (nb || r == 0 || (r < 0 && r != -EAGAIN) || (r > 0 && (size_t)r >= want))
+			return r;
+		if ((ms = wait_ms(fd, &deadline, 1)) == -EAGAIN)
+			return r;
+		if (dsock_real.poll(NULL, 0, ms) < 0 && errno == EINTR && (r > 0 || !dsock_signals_restart()))
+			return r > 0 ? r : -EINTR;
+	}
+}
+
 ssize_t sp_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 {
 	struct sp_conn *c = sp_conn(s);
@@ -230,6 +216,9 @@ ssize_t sp_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 		ssize_t r = dsock_real.recvmsg(fd, m, flags);
 		return r < 0 ? -errno : r;
 	}
+	if ((flags & (MSG_PEEK | MSG_WAITALL)) == (MSG_PEEK | MSG_WAITALL) && atomic_load(&sh->rx) != SPRX_BACK &&
+	    atomic_load(&sh->state) != SP_REFUSED)
+		return peek_all(s, fd, m, flags, want, nb);
 	for (;;) {
 		int rx = atomic_load(&sh->rx), again = 0, state = atomic_load(&sh->state);
 		int one = (flags & ~MSG_WAITALL) | nb;
@@ -254,10 +243,7 @@ ssize_t sp_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 			return (ssize_t)done + r;
 		}
 		if (rx == SPRX_PAIR && state == SP_PAIRED) {
-			if ((flags & (MSG_PEEK | MSG_WAITALL)) == (MSG_PEEK | MSG_WAITALL))
-				r = peek_all(c, fd, m, want, nb, &deadline);
-			else
-				r = recv_pair(c, m, done, flags | nb);
+			r = recv_pair(c, m, done, flags | nb);
 			if (r == 0 || r == -ECONNRESET) {
 				/* its EOF or the peer's reset: the kernel's word now
 				 * (on a reset, once its RST is there) */
