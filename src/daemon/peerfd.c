@@ -1,5 +1,5 @@
 /* Lending the other end of a paired socket to the hander of a hand-over
- * (PEER_REQ in common/proto.h).  A connection on the rings that goes to a
+ * (PEER_REQ in common/proto.h).  A connection on a transport that goes to a
  * holder without dsock goes back to the kernel in both directions first;
  * the peer's direction needs the peer's kernel socket, and a peer that is
  * asleep, computing or stopped cannot lend it in time.  The daemon finds

@@ -4,7 +4,8 @@
  * runs in secure mode), the program is static (no PT_INTERP: nothing reads
  * LD_PRELOAD), of another ELF class or machine, or dsock's rules disable it
  * there.  A script runs its interpreter.  Unknown formats count as "no":
- * handing a connection back to the kernel is always safe, handing rings to
+ * handing a connection back to the kernel is always safe, handing a
+ * transport's state to
  * a program that cannot read them is not.
  *
  * Runs in the exec wrapper, possibly in a vfork child: stack only, no

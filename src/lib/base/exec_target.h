@@ -1,5 +1,5 @@
 /* What an exec is about to start, and whether it will run dsock (so that
- * connections on the rings can be handed to it, or must go back to the
+ * connections on a transport can be handed to it, or must go back to the
  * kernel first). */
 #ifndef DSOCK_EXEC_TARGET_H
 #define DSOCK_EXEC_TARGET_H

@@ -127,7 +127,7 @@ __attribute__((constructor)) static void dsock_init(void)
 }
 
 /* DSOCK_FASTPATH_REPORT=FILE: at exit, append "PID CONNECTIONS BACK": the
- * connections whose bytes went through shared memory, and how many of
+ * connections whose bytes went through a transport, and how many of
  * them went back to the kernel afterwards (the conformance harness uses
  * it to say which scenarios really ran on the fast path). */
 __attribute__((destructor)) static void dsock_fini(void)

@@ -35,7 +35,7 @@ struct member {
 	int in_added;               /* EPOLLIN added for the kernel (ready.h) */
 	int parked;                 /* level-triggered EPOLLOUT taken out of the
 				     * kernel's registration (EPOLLIN in, for the
-				     * space token) while the ring is full */
+				     * space token) while the transport has no room */
 	uint64_t mark;              /* EPOLLET: the arrival count last reported */
 	int watched;                /* its transport has waits (watch.h) */
 	struct dsock_watch w;       /* and these other fds stand for it too */
@@ -49,7 +49,7 @@ enum { ALL, BY_FD, BY_DATA, BY_SOCK };
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 _Atomic long dsock_epoll_in_added;
 _Atomic long dsock_epoll_parked;
-static struct member **parked_v; /* the parked members (few: full rings) */
+static struct member **parked_v; /* the parked members (few: full buffers) */
 static size_t nparked_v, parked_cap;
 
 unsigned dsock_epoll_kernel_events(int fd, unsigned events)
@@ -281,7 +281,7 @@ void dsock_epoll_forget_range(unsigned first, unsigned last)
 	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
 		return;
 	/* a vfork child closes its own fds, not ours: our sets stay (else
-	 * they drop the parent's members, and its epoll_wait misses ring
+	 * they drop the parent's members, and its epoll_wait misses hidden
 	 * data) */
 	if (!dsock_table_owner())
 		return;
@@ -374,13 +374,13 @@ void dsock_epset_oneshot(int epfd, uint64_t data, int reported)
 	pthread_mutex_unlock(&mu);
 }
 
-/* ---- level-triggered EPOLLOUT on a full ring --------------------------------
+/* ---- level-triggered EPOLLOUT with no room in the transport -----------------
  * The kernel socket of a transport's connection is always writable (it
  * carries only tokens), so a level-triggered registration for EPOLLOUT
- * would be reported at every wait while the ring is full, and a loop
+ * would be reported at every wait while the transport has no room, and a loop
  * waiting for room would spin.  Such a registration is parked: EPOLLOUT
  * leaves the kernel's registration and EPOLLIN joins it (edge-triggered
- * when the application did not ask for it: unread ring data behind a
+ * when the application did not ask for it: unread data behind a
  * token must not wake every wait), for the space token the consumer sends
  * once it frees room (the caller asks for one).  A token can be drained by
  * another thread of ours before the kernel reports it, and a connection

@@ -27,7 +27,7 @@ int64_t dsock_spin_ns = 50000;
 #define CONTENDED_FOR_NS 5000000LL  /* then spin briefly for this long */
 #define COURTESY_NS 20000LL         /* a spinner that keeps finding its data yields this often */
 #define KERNEL_LOOK_NS 1000LL       /* a spinning epoll asks the kernel this often */
-#define SKIP_LOOKS 4                /* ring data found without it, in a row at most */
+#define SKIP_LOOKS 4                /* hidden data found without it, in a row at most */
 #define PURE_SPIN_NS 2000LL         /* and yields on every round after this long */
 #define PARK_SLICE_NS 5000000LL     /* a sleeping epoll looks at parked writers this often */
 
@@ -131,9 +131,9 @@ static int writable_view(int fd)
 
 /* An event of a writer whose kernel registration has our EPOLLIN in it:
  * one that waits for EPOLLOUT alone, edge-triggered (ready.h), or one
- * parked while its ring is full (epset.c).  The IN is taken out again
+ * parked while its transport has no room (epset.c).  The IN is taken out again
  * unless the application asked for it and it is more than tokens (a
- * space token, drained); EPOLLOUT says whether the ring has room, and a
+ * space token, drained); EPOLLOUT says whether the transport has room, and a
  * parked registration goes back to the kernel as it was once it has (or
  * once the kernel carries the socket: then the kernel's EPOLLOUT, which
  * it did not watch meanwhile, is reported for the send to tell). */
@@ -186,7 +186,7 @@ static unsigned watched_view(int epfd, uint64_t data, const struct dsock_epmembe
 }
 
 /* Drops the IN of events that are only stale tokens, and the IN we added,
- * and a level-triggered OUT while the ring is full (parking it); returns
+ * and a level-triggered OUT while there is no room (parking it); returns
  * how many events remain. */
 static int filter_spurious(int epfd, struct epoll_event *ev, int n)
 {
@@ -234,12 +234,12 @@ static int needs_filter(void)
 }
 
 /* This thread's last look at the kernel's readiness of an epoll set: which
- * set, when (ns, 0 unknown), and how many looks at ring data alone since. */
+ * set, when (ns, 0 unknown), and how many looks at hidden data alone since. */
 static __thread int looked_epfd = -1;
 static __thread long long looked_ns;
 static __thread unsigned looks_skipped;
 
-/* Whether ring data found now may go back without the kernel's events: a
+/* Whether hidden data found now may go back without the kernel's events: a
  * subset of the ready events, as epoll may return, while this thread asked
  * the kernel about this set less than KERNEL_LOOK_NS ago (a spinning
  * caller knows the time: now), or skipped it fewer than SKIP_LOOKS times
@@ -310,7 +310,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	    ((n = epoll_now(epfd, ev, max, !blocking, 0)) != 0 || !blocking))
 		return n;
 	/* With fast-path connections, poll the kernel's readiness (and the
-	 * rings of lingering receivers) for a moment before sleeping: a token
+	 * buffers of lingering receivers) for a moment before sleeping: a token
 	 * then lands on an awake core instead of paying a cross-core wake-up.
 	 * The kernel's epoll does all the work, so every epoll
 	 * semantic stays its own. */
@@ -320,10 +320,10 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		long long budget = dsock_spin_ns && !dsock_spin_contended(t0) ? dsock_spin_ns : -1;
 		int spins = 0;
 		/* (no spin: the look after the settle below is the only one).
-		 * The rings of lingering receivers are looked at on every round,
+		 * The buffers of lingering receivers are looked at on every round,
 		 * the kernel's readiness (tokens, plain fds) once per
 		 * KERNEL_LOOK_NS: an epoll_wait each round would make every
-		 * round a system call long, and ring data waits half a round
+		 * round a system call long, and hidden data waits half a round
 		 * on average. */
 		for (; tn - t0 <= budget; spins++) {
 			int kernel = tn >= kernel_at;
@@ -362,7 +362,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	struct timespec left_ts;
 	long long wait_start = blocking && fast ? dsock_mono_ns() : 0;
 	for (;;) {
-		/* writers parked while their ring is full: a slice at a time
+		/* writers parked while there is no room: a slice at a time
 		 * (their space token may have gone down another thread's drain) */
 		int sliced = blocking && atomic_load_explicit(&dsock_epoll_parked, memory_order_relaxed) > 0 &&
 			     (deadline < 0 || deadline - dsock_mono_ns() > PARK_SLICE_NS);

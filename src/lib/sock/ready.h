@@ -1,12 +1,17 @@
-/* Readiness for the pollers (poll, ppoll, select, pselect, epoll).
+/* Readiness for the pollers (poll, ppoll, select, pselect: poll.c; epoll:
+ * ready.c).
  *
- * The kernel socket is the doorbell of a fast-path connection, so the
- * kernel's readiness is right except in one case: data left in a ring after
- * a partial read while no token backs it ("hidden readable").  Such sockets
- * are counted process-wide; while the count is zero every poller passes
- * straight to the kernel.  Otherwise the poller asks the kernel without
- * waiting and adds the hidden ones.  epoll needs to know which fds an epoll
- * set holds: epoll_ctl on tracked sockets is recorded for that. */
+ * A transport without waits (transport.h) makes the application's kernel
+ * socket its doorbell, so the kernel's readiness is right except in one
+ * case: data left in the transport's buffer after a partial read while no
+ * wake-up backs it ("hidden readable").  Such sockets are counted
+ * process-wide; while the count is zero every poller passes straight to
+ * the kernel.  Otherwise the poller asks the kernel without waiting and
+ * adds the hidden ones.  A
+ * transport with waits has its wake-ups on fds of its own: the pollers
+ * wait on those too and ask it what they mean (poll.c, watch.c).  epoll
+ * needs to know which fds an epoll set holds: epoll_ctl on tracked
+ * sockets is recorded for that. */
 #ifndef DSOCK_READY_H
 #define DSOCK_READY_H
 
@@ -87,13 +92,14 @@ void dsock_spin_outcome(int found);
 
 /* The events to register with the kernel for the application's events on
  * fd.  A writer waiting edge-triggered for EPOLLOUT alone on a connection a
- * transport may carry is told of ring space by a byte arriving on its
+ * transport may carry is told of room by a byte arriving on its
  * socket (an EPOLLIN edge), so EPOLLIN is added for the kernel and taken
  * out again, made EPOLLOUT if there is room, by our epoll_wait. */
 unsigned dsock_epoll_kernel_events(int fd, unsigned events);
 /* Members registered so: while > 0, our epoll_wait looks at every event. */
 extern _Atomic long dsock_epoll_in_added;
-/* Registrations parked while their ring is full (epset.c): while > 0, our
+/* Registrations parked while their transport has no room (epset.c): while
+ * > 0, our
  * epoll_wait looks at them before it sleeps and every PARK_SLICE_NS. */
 extern _Atomic long dsock_epoll_parked;
 /* epoll_ctl: the kernel's call (with dsock_epoll_kernel_events) and our

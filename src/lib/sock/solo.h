@@ -2,8 +2,8 @@
  *
  * A data call holds a reference on its socket so that a close elsewhere
  * cannot free it under the call.  Taking and dropping it are two locked
- * instructions, and on a streaming send the drop waits for the ring's
- * tail store to leave the store buffer (the polling consumer holds that
+ * instructions, and on a streaming send the drop waits for the transport's
+ * last store to leave the store buffer (the polling consumer holds that
  * line): most of a small send's time would go there.  So one thread per
  * process, the first that sends on a transport's socket (it claims the
  * role), sends with no reference: it names the socket in dsock_solo_cur
