@@ -49,18 +49,26 @@ static int pair_readable(int pf)
 	return r == 0 || errno != EAGAIN ? -1 : 0;
 }
 
-/* The kernel's events for k.  An error seen without the hang-up it comes
- * with is a reset half-processed (the kernel sets the error first): its
- * whole state is asked again a moment later. */
+/* The kernel's events for k.  An error or a hang-up seen without the
+ * read hang-up a reset ends with may be a reset half-processed on another
+ * CPU (the kernel sets the error, then the state, then the shutdown, and
+ * wakes its pollers after): we are woken by the pair, which the peer
+ * closed first, so its whole state is asked again a moment later (a few
+ * times at most: a connection reset by connect(AF_UNSPEC) stays so). */
 static void kernel_events(struct pollfd *k)
 {
-	if (dsock_real.poll(k, 1, 0) < 0)
-		k->revents = 0;
-	if ((k->revents & (POLLERR | POLLHUP)) == POLLERR) {
-		sched_yield();
+	short asked = k->events;
+
+	k->events |= POLLRDHUP;
+	for (int i = 0; i < 4; i++) {
 		if (dsock_real.poll(k, 1, 0) < 0)
 			k->revents = 0;
+		if (!(k->revents & (POLLERR | POLLHUP)) || (k->revents & POLLRDHUP))
+			break;
+		sched_yield();
 	}
+	k->events = asked;
+	k->revents &= (short)(asked | POLLERR | POLLHUP | POLLNVAL);
 }
 
 short sp_poll(struct dsock_sock *s, int fd, short events)
