@@ -39,9 +39,7 @@ static int add_waits(struct pollfd *k, struct pollfd *more, short events)
 	return added;
 }
 
-/* fd's events by its transport's view (or the kernel's, should it have gone
- * back meanwhile). */
-static short watched_poll(int fd, short events)
+short dsock_ready_poll_fd(int fd, short events)
 {
 	const struct dsock_transport *tp;
 	struct dsock_sock *s = dsock_sock_carried(fd, &tp);
@@ -55,11 +53,12 @@ static short watched_poll(int fd, short events)
 	}
 	if (s)
 		dsock_sock_put(s);
+	/* gone back to the kernel meanwhile: its word */
 	return dsock_real.poll(&p, 1, 0) == 1 ? p.revents : 0;
 }
 
 /* What a transport says about fd: 1 hidden readable, 2 not writable, 4 its
- * waits stand for it (add_waits, watched_poll).  An
+ * waits stand for it (add_waits, dsock_ready_poll_fd).  An
  * epoll set is readable when a member's data is hidden (the kernel shows
  * the set's readiness from its members' kernel readiness only). */
 static int transport_view(int fd, short events)
@@ -162,7 +161,7 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 		for (nfds_t i = 0; i < n; i++) {
 			short ev = k[i].revents;
 			if (view[i] & 4) {
-				ev = (short)((ev & POLLNVAL) | (ev & POLLNVAL ? 0 : watched_poll(fds[i].fd, fds[i].events)));
+				ev = (short)((ev & POLLNVAL) | (ev & POLLNVAL ? 0 : dsock_ready_poll_fd(fds[i].fd, fds[i].events)));
 				fds[i].revents = ev;
 				ready += ev != 0;
 				continue;

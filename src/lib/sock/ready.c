@@ -159,24 +159,11 @@ static unsigned writer_view(int epfd, uint64_t data, int fd, const struct dsock_
  * transport's view now (the kernel's events were only wake-ups). */
 static unsigned watched_view(int epfd, uint64_t data, const struct dsock_epmember *mb)
 {
-	const struct dsock_transport *tp;
-	struct dsock_sock *s = dsock_sock_carried(mb->fd, &tp);
 	unsigned want = mb->events & ~(unsigned)(EPOLLET | EPOLLONESHOT | EPOLLWAKEUP | EPOLLEXCLUSIVE), ev;
 
-	if (mb->disarmed) {
-		if (s)
-			dsock_sock_put(s);
+	if (mb->disarmed)
 		return 0;
-	}
-	if (s && tp->poll) {
-		ev = (unsigned short)tp->poll(s, mb->fd, (short)want);
-	} else {
-		/* gone back to the kernel meanwhile: its word */
-		struct pollfd p = { .fd = mb->fd, .events = (short)want };
-		ev = dsock_real.poll(&p, 1, 0) == 1 ? (unsigned short)p.revents : 0;
-	}
-	if (s)
-		dsock_sock_put(s);
+	ev = (unsigned short)dsock_ready_poll_fd(mb->fd, (short)want);
 	ev &= want | EPOLLERR | EPOLLHUP;
 	/* a one-shot part the kernel disarmed for a wake-up that meant
 	 * nothing is armed again; one reported disarms them all */

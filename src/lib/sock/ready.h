@@ -113,6 +113,11 @@ void dsock_epoll_forget_range(unsigned first, unsigned last);
  * drained): not to be reported. */
 int dsock_ready_spurious_in(int fd);
 
+/* fd's events (poll bits, of events plus POLLERR and POLLHUP) as the
+ * transport with waits that carries it says, or as the kernel does once
+ * the kernel carries it (poll.c). */
+short dsock_ready_poll_fd(int fd, short events);
+
 /* s, which tp carries: 1 if a send would not block, 0 if it would (a
  * wake-up for room is then asked for: want_space), -1 if tp does not say. */
 struct dsock_transport;

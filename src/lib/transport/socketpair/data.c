@@ -110,6 +110,17 @@ static void tx_back(struct sp_conn *c)
 	atomic_store(&c->sh->tx, SPTX_BACK);
 }
 
+/* Our sending leaves the pair, from any call (takes tx_mu), and the
+ * pollers follow. */
+static void tx_leave(struct sp_conn *c)
+{
+	if (sp_lock(&c->sh->tx_mu) == 0) {
+		tx_back(c);
+		sp_unlock(&c->sh->tx_mu);
+	}
+	dsock_sock_rewatch(c->sock);
+}
+
 /* The pair is broken: if the peer closed it with our bytes unread (the
  * pair's error), its kernel socket closes next, with an RST: the kernel's
  * word on the connection is waited for (briefly), so that our next call
@@ -203,11 +214,7 @@ ssize_t sp_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int fla
 				return r + (more > 0 ? more : 0);
 			/* (the pair's error, if any, went to the first part) */
 			await_reset(c, fd, ECONNRESET);
-			if (sp_lock(&sh->tx_mu) == 0) {
-				tx_back(c);
-				sp_unlock(&sh->tx_mu);
-			}
-			dsock_sock_rewatch(s);
+			tx_leave(c);
 			more = dsock_real.sendmsg(fd, &rest, flags);
 			/* a reset: the bytes in the pair are lost with the
 			 * peer, as those in the kernel's queue would be */
@@ -220,11 +227,7 @@ ssize_t sp_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int fla
 		await_reset(c, fd, errno);
 		/* the peer stopped reading the pair (it went back, or closed):
 		 * the kernel carries our bytes, and says what became of it */
-		if (sp_lock(&sh->tx_mu) == 0) {
-			tx_back(c);
-			sp_unlock(&sh->tx_mu);
-		}
-		dsock_sock_rewatch(s);
+		tx_leave(c);
 		sp_maybe_detach(c);
 	}
 	r = dsock_real.sendmsg(fd, m, flags);
@@ -244,11 +247,7 @@ void sp_go_back(struct sp_conn *c, unsigned reason)
 	} else if (pf >= 0) {
 		dsock_real.shutdown(pf, SHUT_RD); /* the peer's next send through it fails */
 	}
-	if (sp_lock(&sh->tx_mu) == 0) {
-		tx_back(c);
-		sp_unlock(&sh->tx_mu);
-	}
-	dsock_sock_rewatch(c->sock);
+	tx_leave(c);
 	sp_maybe_detach(c);
 }
 
@@ -259,11 +258,8 @@ int sp_shutdown(struct dsock_sock *s, int fd, int how)
 
 	if ((how == SHUT_RD || how == SHUT_RDWR) && pf >= 0)
 		dsock_real.shutdown(pf, SHUT_RD);
-	if ((how == SHUT_WR || how == SHUT_RDWR) && sp_lock(&c->sh->tx_mu) == 0) {
-		tx_back(c);
-		sp_unlock(&c->sh->tx_mu);
-		dsock_sock_rewatch(s);
-	}
+	if (how == SHUT_WR || how == SHUT_RDWR)
+		tx_leave(c);
 	return dsock_real.shutdown(fd, how) < 0 ? -errno : 0;
 }
 
