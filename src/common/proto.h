@@ -10,14 +10,15 @@
 #include <stdint.h>
 
 #define DSOCK_PROTO_MAGIC   0x4b435344u /* "DSCK" little-endian */
-#define DSOCK_PROTO_VERSION 7 /* 2: the event ring holds 1,024 slots; 3: the
+#define DSOCK_PROTO_VERSION 8 /* 2: the event ring holds 1,024 slots; 3: the
 			      * connection memory is layout version 5 (the
 			      * daemon writes it: a change there is a change
 			      * here); 4: layout version 6; 5: the reason
 			      * consumer-asleep, and fd -1 in a socket event;
 			      * 6: PEER_REQ, layout version 7; 7: offers and
 			      * results name their transport and proof, FETCH
-			      * replaces MEMFD_REQ */
+			      * replaces MEMFD_REQ; 8: links (RESULT of kind
+			      * LINK), layout version 8 */
 #define DSOCK_MSG_MAX       4096
 
 enum dsock_msg_type {
@@ -92,6 +93,7 @@ enum dsock_result {
 	DSOCK_RES_HELD = 3,
 	DSOCK_RES_FETCHED = 4,
 	DSOCK_RES_PEER = 5,
+	DSOCK_RES_LINK = 6,
 };
 
 /* FETCH: a transport's endpoints may close the resource the pairing gave
@@ -126,17 +128,25 @@ struct dsock_msg_peer_req {
 	uint64_t sock_id;
 };
 
+/* RESULT of kind LINK: the memfd of a link (shm_layout.h), shared by two
+ * processes with connections on the rings between them, sent to each of
+ * them before the first PAIRED result that names it; the same kind
+ * without a memfd says that the link's other process left (the receiver
+ * unmaps it once none of its connections uses it). */
 struct dsock_msg_result {
 	uint64_t sock_id;
 	uint16_t transport; /* enum dsock_path: the transport of the offer
 			     * or fetch (PEER: 0) */
-	uint16_t pad;
+	uint16_t link_side; /* PAIRED, LINK: our side of the link */
 	uint32_t result;    /* enum dsock_result */
 	uint32_t side;      /* PAIRED: 0 or 1, which half of the memfd is ours */
 	uint32_t reason;    /* KERNEL: enum dsock_reason; PEER without a
 			     * socket: why (an errno) */
 	uint32_t ring_size; /* PAIRED, FETCHED: shm's bytes per direction */
-	uint32_t pad2;
+	uint32_t link;      /* PAIRED: the link of the two processes (0:
+			     * none); LINK: the link given (its memfd
+			     * attached), or without a memfd: the other
+			     * process of that link left */
 };
 
 struct dsock_msg_hdr {

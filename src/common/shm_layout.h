@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define DSOCK_SHM_MAGIC    0x52485344u /* "DSHR" */
-#define DSOCK_SHM_VERSION  7
+#define DSOCK_SHM_VERSION  8
 #define DSOCK_SHM_HDR      4096u
 #define DSOCK_RING_MIN     (4u << 10)
 #define DSOCK_RING_MAX     (64u << 20)
@@ -60,6 +60,10 @@ struct dsock_shm_side {
 			       * data), DSOCK_BACK_RCVLOWAT (it set SO_RCVLOWAT);
 			       * any other nonzero value asks too */
 	uint32_t back_sent;   /* 1: this side's sending is back on the kernel */
+	uint32_t link_slot;   /* this side's number for the connection in its
+			       * process's link with the peer's (below): what
+			       * the peer pushes on the link's queue; 0: none
+			       * (the peer wakes this side by tokens only) */
 	uint64_t back_off;    /* then: kernel bytes this side sent before plain
 			       * data resumed (data before its switch, then
 			       * tokens); right after them come the ring bytes
@@ -109,7 +113,10 @@ struct dsock_shm_ring {
 	uint32_t token;       /* a wake-up byte is in the consumer's kernel socket */
 	uint32_t space_seq;   /* futex word: bumped when the consumer frees space */
 	uint32_t space_token; /* a space wake-up byte is in the producer's socket */
-	uint8_t pad2[DSOCK_CL - 12];
+	uint32_t queued;      /* an entry naming this ring is on the link queue
+			       * (set by the producer when it pushes one,
+			       * cleared by the consumer when it takes it) */
+	uint8_t pad2[DSOCK_CL - 16];
 } __attribute__((aligned(DSOCK_CL)));
 
 struct dsock_shm_hdr {
@@ -123,5 +130,51 @@ struct dsock_shm_hdr {
 };
 
 _Static_assert(sizeof(struct dsock_shm_hdr) <= DSOCK_SHM_HDR, "header fits its page");
+
+/* A link: the shared memory of two processes that have connections on
+ * the rings between them (one memfd per pair of processes, made by dsockd
+ * at their first pairing and handed to those two only).  It holds one
+ * queue per direction: queue q carries arrivals from the process on side
+ * q of the link to the other.  A producer whose consumer has no lease on
+ * its ring but a lease on the link (one of the consumer's pollers looks at
+ * the queue, see the transport's docs) pushes the consumer's slot of the
+ * connection (side.link_slot) instead of a wake-up token, at most one
+ * entry per ring at a time (ring.queued); the consumer's poller takes
+ * the entries and looks at those rings only.
+ *
+ *   page 0   header
+ *   page 1   queue 0's entries (uint32_t slots, DSOCK_LINK_SLOTS of them)
+ *   page 2   queue 1's entries
+ *
+ * Either process can write all of it: the consumer checks that
+ * 0 <= tail - head <= DSOCK_LINK_SLOTS and that an entry names a slot it
+ * gave out; an entry that lies costs a look at one of its own rings. */
+#define DSOCK_LINK_MAGIC   0x4b4c5344u /* "DSLK" */
+#define DSOCK_LINK_VERSION 1
+#define DSOCK_LINK_SLOTS   1024u
+#define DSOCK_LINK_BYTES   (DSOCK_SHM_HDR + 2 * DSOCK_LINK_SLOTS * 4u)
+
+struct dsock_link_queue {
+	uint64_t tail;        /* producer's line: entries ever pushed */
+	uint8_t pad0[DSOCK_CL - 8];
+	uint64_t head;        /* consumer's line: entries ever taken */
+	uint8_t pad1[DSOCK_CL - 8];
+	uint64_t lease_until; /* consumer's lease line: a poller of the
+			       * consumer looks at this queue before any of
+			       * its threads sleeps, until this
+			       * CLOCK_MONOTONIC ns (0: no lease) */
+	uint8_t pad2[DSOCK_CL - 8];
+} __attribute__((aligned(DSOCK_CL)));
+
+struct dsock_link_hdr {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t slots;
+	uint8_t pad[DSOCK_CL - 12];
+	struct dsock_link_queue q[2];
+};
+
+_Static_assert(sizeof(struct dsock_link_hdr) <= DSOCK_SHM_HDR, "link header fits its page");
+_Static_assert(DSOCK_LINK_SLOTS * 4u == DSOCK_SHM_HDR, "a queue's entries fill a page");
 
 #endif

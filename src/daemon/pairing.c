@@ -153,10 +153,14 @@ static void pair(struct dd_offer *a, struct dd_offer *b)
 		answer_kernel(&b->to, b->sock_id, b->prov->transport, DSOCK_R_RESOURCE);
 		return;
 	}
+	struct dsock_msg_result rs[2] = { r, r };
+	const struct dd_reply_to *to[2] = { &s[0]->to, &s[1]->to };
+	if (x->prov->intro)
+		x->prov->intro(to, rs);
 	for (int i = 0; i < 2; i++) {
-		r.sock_id = s[i]->sock_id;
-		r.side = (uint32_t)i;
-		dd_send_result(&s[i]->to, &r, x->fd[i]);
+		rs[i].sock_id = s[i]->sock_id;
+		rs[i].side = (uint32_t)i;
+		dd_send_result(&s[i]->to, &rs[i], x->fd[i]);
 	}
 	if (x->prov->sent)
 		x->prov->sent(x);
@@ -253,6 +257,7 @@ void dd_pairing_closed(const struct dd_proc *p, uint64_t sock_id)
 void dd_pairing_forget(const struct dd_proc *p)
 {
 	dd_pair_forget(p);
+	dd_provision_forget(p);
 	for (int w = 0; w < NWAITS; w++)
 		for (struct dd_offer *x = qhead[w], *next; x; x = next) {
 			next = x->qnext;

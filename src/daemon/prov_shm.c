@@ -54,13 +54,13 @@ static int shm_init(void)
 	return 0;
 }
 
-/* One memfd for the connection: header initialised, size sealed so neither
- * end can shrink it under the other (which would be SIGBUS on access). */
-static int make_memfd(void)
+/* A memfd of len bytes whose first page init(page, arg) writes, its size
+ * sealed so neither end can shrink it under the other (which would be
+ * SIGBUS on access): the fd, or -errno. */
+int dd_sealed_memfd(const char *name, size_t len, void (*init)(void *page, void *arg), void *arg)
 {
-	size_t len = conn_bytes();
-	struct dsock_shm_hdr *h;
-	int fd = memfd_create("dsock-conn", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	void *h;
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
 	if (fd < 0)
 		return -errno;
@@ -69,12 +69,7 @@ static int make_memfd(void)
 	h = mmap(NULL, DSOCK_SHM_HDR, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (h == MAP_FAILED)
 		goto fail;
-	h->magic = DSOCK_SHM_MAGIC;
-	h->version = DSOCK_SHM_VERSION;
-	h->ring_size = ring_size;
-	h->data_off = DSOCK_SHM_HDR;
-	for (int i = 0; i < 2; i++)
-		h->side[i].switch_off = DSOCK_SWITCH_NONE;
+	init(h, arg);
 	munmap(h, DSOCK_SHM_HDR);
 	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
 		goto fail;
@@ -82,6 +77,19 @@ static int make_memfd(void)
 fail:
 	close(fd);
 	return -errno;
+}
+
+static void conn_header(void *page, void *arg)
+{
+	struct dsock_shm_hdr *h = page;
+
+	(void)arg;
+	h->magic = DSOCK_SHM_MAGIC;
+	h->version = DSOCK_SHM_VERSION;
+	h->ring_size = ring_size;
+	h->data_off = DSOCK_SHM_HDR;
+	for (int i = 0; i < 2; i++)
+		h->side[i].switch_off = DSOCK_SWITCH_NONE;
 }
 
 static int shm_make(struct dd_pair *x, struct dsock_msg_result *r)
@@ -94,7 +102,7 @@ static int shm_make(struct dd_pair *x, struct dsock_msg_result *r)
 				   "new connections stay on the kernel", (unsigned long long)limit, n_conns);
 		return -ENOSPC;
 	}
-	fd = make_memfd();
+	fd = dd_sealed_memfd("dsock-conn", conn_bytes(), conn_header, NULL);
 	if (fd < 0) {
 		DSOCK_WARN("cannot create connection memory: %s", strerror(-fd));
 		return fd;
@@ -138,8 +146,8 @@ static void shm_stat(char *buf, size_t n)
 {
 	size_t l = strlen(buf);
 
-	snprintf(buf + l, n - l, " shm_conns=%lu shm_bytes=%llu shm_limited=%lu", n_conns,
-		 (unsigned long long)(n_conns * conn_bytes()), n_limited);
+	snprintf(buf + l, n - l, " shm_conns=%lu shm_bytes=%llu shm_limited=%lu shm_links=%lu", n_conns,
+		 (unsigned long long)(n_conns * conn_bytes()), n_limited, dd_shm_links());
 }
 
 const struct dd_provision dd_prov_shm = {
@@ -147,6 +155,8 @@ const struct dd_provision dd_prov_shm = {
 	.name = "shm",
 	.init = shm_init,
 	.make = shm_make,
+	.intro = dd_shm_link_intro,
+	.forget = dd_shm_link_forget,
 	.fetched = shm_fetched,
 	.dead = shm_dead,
 	.release = shm_release,

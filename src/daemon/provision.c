@@ -32,3 +32,10 @@ void dd_provision_stat(char *buf, size_t n)
 		if (provs[i]->stat)
 			provs[i]->stat(buf, n);
 }
+
+void dd_provision_forget(const struct dd_proc *p)
+{
+	for (size_t i = 0; i < NPROVS; i++)
+		if (provs[i]->forget)
+			provs[i]->forget(p);
+}

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 struct dd_proc;
+struct dd_reply_to;
 
 /* A proven pair of ends.  A pair lives until both ends have closed
  * (CLOSE events) or their processes left, or its transport says no
@@ -37,6 +38,12 @@ struct dd_provision {
 	 * both), and the RESULT's transport fields.  0, or -errno (the ends
 	 * stay on the kernel, reason resource). */
 	int (*make)(struct dd_pair *x, struct dsock_msg_result *r);
+	/* Before the two RESULTs go out: what the ends' processes share
+	 * (sent to them here, once) and how the RESULTs (r[0] for the end
+	 * `to[0]` answers, r[1]) name it.  May be NULL. */
+	void (*intro)(const struct dd_reply_to *to[2], struct dsock_msg_result r[2]);
+	/* A process left.  May be NULL. */
+	void (*forget)(const struct dd_proc *p);
 	/* Both RESULTs have gone out: a transport whose ends must see each
 	 * other's close lets go of fd[] here (set to -1; a FETCH then finds
 	 * none).  NULL: the daemon keeps them while the pair lives. */
@@ -60,6 +67,14 @@ const struct dd_provision *dd_provision_get(unsigned transport);
 int dd_provision_init(void);
 /* Every provisioner's stat, one after the other. */
 void dd_provision_stat(char *buf, size_t n);
+/* Every provisioner's forget. */
+void dd_provision_forget(const struct dd_proc *p);
+
+/* ---- the shm transport (prov_shm.c, prov_shm_link.c) ---- */
+int dd_sealed_memfd(const char *name, size_t len, void (*init)(void *page, void *arg), void *arg);
+void dd_shm_link_intro(const struct dd_reply_to *to[2], struct dsock_msg_result r[2]);
+void dd_shm_link_forget(const struct dd_proc *p);
+unsigned long dd_shm_links(void);
 
 /* ---- live pairs (pairs.c) ---- */
 /* Adds x (filled, its resources made): 0 or -ENOMEM. */

@@ -21,7 +21,10 @@
      resets: ECONNRESET), or after reading every one (a FIN: EOF), with
      the survivor blocked in recv or reading afterwards: 20 rounds each,
      the same outcome natively and under dsock every time
-     (tests/faults/killpeer.py).
+     (tests/faults/killpeer.py);
+  8. a hostile peer scribbles over the queues of the link it shares with an
+     epoll server that takes its announcements: the server logs it, does
+     not crash, and its connections to that peer keep working (by tokens).
 
 Each check prints ok/FAIL; exit 0 on pass; last line 'faults: N passed, N failed'."""
 import os, shutil, signal, subprocess, sys, tempfile, time
@@ -143,6 +146,55 @@ for cmd in sys.stdin:
                     mem.write((0x7FFFFFFF00000000).to_bytes(8, "little"))
         print("scribbled", len(fds), flush=True)
     print("done", flush=True)
+'''
+
+# An epoll echo server over every connection it accepts (its spinning
+# epoll_wait takes leases on its links).
+LINK_VICTIM = r'''
+import socket, select
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(16)
+print(l.getsockname()[1], flush=True)
+ep = select.epoll(); ep.register(l, select.EPOLLIN); conns = {}
+while True:
+    for fd, ev in ep.poll(1):
+        if fd == l.fileno():
+            a, _ = l.accept(); conns[a.fileno()] = a; ep.register(a, select.EPOLLIN)
+            continue
+        b = conns[fd].recv(65536)
+        if not b:
+            ep.unregister(fd); conns.pop(fd).close()
+        else:
+            conns[fd].sendall(b)
+'''
+
+# Three connections to LINK_VICTIM, round trips round-robin; at "scribble"
+# it writes garbage over the tails of both queues of its link mapping.
+LINK_HOSTILE = r'''
+import socket, sys, time
+cs = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in range(3)]
+for c in cs:
+    c.settimeout(5)
+def rounds(n):
+    for i in range(n):
+        c = cs[i % 3]; c.sendall(b"ping"); got = b""
+        while len(got) < 4:
+            b = c.recv(4 - len(got))
+            if not b: raise EOFError
+            got += b
+rounds(600)
+print("warm", flush=True)
+sys.stdin.readline()
+maps = [l.split()[0].split("-")[0] for l in open("/proc/self/maps") if "dsock-link" in l]
+with open("/proc/self/mem", "r+b", buffering=0) as mem:
+    for a in maps:
+        for tail in (64, 256):
+            mem.seek(int(a, 16) + tail); mem.write((0x7FFFFFFF00000000).to_bytes(8, "little"))
+print("scribbled", len(maps), flush=True)
+try:
+    t0 = time.time(); rounds(3000); print("pingpong ok %.2f" % (time.time() - t0), flush=True)
+except Exception as e:
+    print("pingpong failed", repr(e), flush=True)
+sys.stdin.readline()
 '''
 
 # A client: connects n times, and acts per line on stdin.
@@ -397,6 +449,25 @@ while True: a.sendall(b"z" * 65536)
             check("7. peer killed (%s, survivor %s): natively %s" % (mode, when, " ".join(want)), nat == want, nat)
             check("7. ... and under dsock, all 20 on the rings" , ds.stdout.split() == want and rings >= 20,
                   (ds.stdout, ds.stderr[-300:], rings))
+
+    # ---- 8. a hostile peer and the link ----------------------------------------
+    srv = under_dsock(LINK_VICTIM, env=dict(ENV, DSOCK_LOG="debug"))
+    port = int(line(srv))
+    cli = under_dsock(LINK_HOSTILE, port)
+    out = line(cli, 20)
+    check("8. the peer's connections work before (600 round trips on 3)", out == "warm", out)
+    say(cli, "scribble")
+    out = line(cli)
+    check("8. the hostile peer found and scribbled the link", out == "scribbled 1", out)
+    out = line(cli, 30)
+    check("8. its connections keep working after (3,000 round trips, none lost)", out.startswith("pingpong ok"), out)
+    check("8. the server is alive", srv.poll() is None)
+    cli.stdin.close()
+    cli.wait(timeout=10)
+    srv.kill()
+    err = srv.stderr.read()
+    check("8. the server took announcements from the link before", "announcements taken" in err, err[-600:])
+    check("8. ... and logged the broken queue for the operator", "broke the rules" in err, err[-600:])
 
 finally:
     for p in procs:

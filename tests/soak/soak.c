@@ -8,9 +8,12 @@
  * stream back, which the client checks.  A byte lost, duplicated,
  * reordered or delivered to another connection breaks the check.
  *
- *   soak [-s SECONDS] [-c CONCURRENT] [-m MAX_STREAM] [-r SEED] [-f N] [-a N]
+ *   soak [-s SECONDS] [-c CONCURRENT] [-m MAX_STREAM] [-r SEED] [-f N] [-a N] [-e]
  *   (-f: one step in N forks a helper, default 500; -a: one stream in N is
- *   cut short by the client, default 20; 0: never)
+ *   cut short by the client, default 20; 0: never; -c: up to 16,384; -e:
+ *   both processes wait in epoll_wait, level-triggered, instead of poll,
+ *   which looks at every connection each time: with thousands of
+ *   connections at once)
  *   SOAK_HOLD=1: a process that stalls sleeps 300 s before it reports, for
  *   a debugger (the report's own reads would change the state).
  *
@@ -28,14 +31,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#define MAXC 256
+#define MAXC 16384
 
 struct conn {
 	int fd;
@@ -50,7 +55,7 @@ struct conn {
 
 static uint64_t rng_state;
 static struct conn cs[MAXC];
-static int ncs, errors, is_client;
+static int ncs, errors, is_client, use_epoll;
 static unsigned fork_one_in = 500, abort_one_in = 20; /* 0: never */
 static unsigned long n_streams, n_aborted, n_forked;
 static unsigned long long bytes_moved;
@@ -349,14 +354,97 @@ static double elapsed(const struct timespec *t0)
 	return (double)(now.tv_sec - t0->tv_sec) + (now.tv_nsec - t0->tv_nsec) / 1e9;
 }
 
+/* -e: the set, and what each registration asks (by fd, as it was last
+ * registered), so that only a change costs an epoll_ctl. */
+static int ep = -1;
+static short *asked; /* by fd */
+static int *slot_of; /* by fd: the connection's index in cs */
+static int fd_cap;
+
+static short wants(const struct conn *c)
+{
+	return (short)((c->eof ? 0 : POLLIN) | (want_out(c) ? POLLOUT : 0));
+}
+
+/* Registers fd (index i) for what its connection wants now. */
+static void ep_track(int i)
+{
+	int fd = cs[i].fd;
+	short w = wants(&cs[i]);
+
+	if (fd >= fd_cap) {
+		fprintf(stderr, "soak: fd %d past the limit\n", fd);
+		errors++;
+		return;
+	}
+	slot_of[fd] = i;
+	if (asked[fd] == w)
+		return;
+	struct epoll_event ev = { .events = (w & POLLIN ? EPOLLIN : 0) | (w & POLLOUT ? EPOLLOUT : 0), .data.fd = fd };
+	if (epoll_ctl(ep, asked[fd] < 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev) < 0) {
+		perror("soak: epoll_ctl");
+		errors++;
+	}
+	asked[fd] = w;
+}
+
+/* One wait: ps[0..*n) gets the ready connections (their index in cs in
+ * ready[]), *lready whether the listener is ready. */
+static int ep_wait(int lfd, struct pollfd *ps, int *ready, int *n, int *lready)
+{
+	struct epoll_event evs[512];
+	int r = epoll_wait(ep, evs, 512, 100);
+
+	*n = 0;
+	*lready = 0;
+	for (int k = 0; k < r; k++) {
+		int fd = evs[k].data.fd;
+		short rev = (short)((evs[k].events & EPOLLIN ? POLLIN : 0) | (evs[k].events & EPOLLOUT ? POLLOUT : 0) |
+				    (evs[k].events & EPOLLHUP ? POLLHUP : 0) | (evs[k].events & EPOLLERR ? POLLERR : 0));
+		if (fd == lfd) {
+			*lready = 1;
+			continue;
+		}
+		ps[*n].fd = fd;
+		ps[*n].revents = rev;
+		ready[(*n)++] = slot_of[fd];
+	}
+	return r;
+}
+
+static void ep_forget(int fd)
+{
+	if (fd >= 0 && fd < fd_cap)
+		asked[fd] = -1; /* (its close takes it out of the set) */
+}
+
 /* Drives every connection until each is done: the client opens new ones
  * for `secs`, the server accepts until the client process has exited. */
 static void run_loop(int lfd, const struct sockaddr_in *a, int conc, uint64_t max, double secs, pid_t client)
 {
-	struct pollfd ps[MAXC + 1];
+	static struct pollfd ps[MAXC + 1];
+	static int ready[MAXC];
 	struct timespec t0, last;
 	int client_done = 0;
 
+	if (use_epoll) {
+		struct rlimit rl;
+		getrlimit(RLIMIT_NOFILE, &rl);
+		fd_cap = (int)rl.rlim_cur;
+		ep = epoll_create1(0);
+		asked = malloc((size_t)fd_cap * sizeof(*asked));
+		slot_of = malloc((size_t)fd_cap * sizeof(*slot_of));
+		if (ep < 0 || !asked || !slot_of) {
+			perror("soak: epoll");
+			errors++;
+			return;
+		}
+		memset(asked, 0xff, (size_t)fd_cap * sizeof(*asked));
+		if (lfd >= 0) {
+			struct epoll_event ev = { .events = EPOLLIN, .data.fd = lfd };
+			epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+		}
+	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	last = t0;
 	for (;;) {
@@ -365,18 +453,28 @@ static void run_loop(int lfd, const struct sockaddr_in *a, int conc, uint64_t ma
 			;
 		if (is_client && !ncs)
 			break;
-		int n = 0;
-		for (int i = 0; i < ncs; i++) {
-			ps[n].fd = cs[i].fd;
-			ps[n].events = (short)((cs[i].eof ? 0 : POLLIN) | (want_out(&cs[i]) ? POLLOUT : 0));
-			n++;
+		int n = 0, r, lready = 0;
+		if (use_epoll) {
+			for (int i = 0; i < ncs; i++)
+				if (asked[cs[i].fd] != wants(&cs[i]) || slot_of[cs[i].fd] != i)
+					ep_track(i);
+			r = ep_wait(lfd, ps, ready, &n, &lready);
+		} else {
+			for (int i = 0; i < ncs; i++) {
+				ps[n].fd = cs[i].fd;
+				ps[n].events = wants(&cs[i]);
+				ready[n] = i;
+				n++;
+			}
+			if (!is_client) {
+				ps[n].fd = lfd;
+				ps[n].events = POLLIN;
+				n++;
+			}
+			r = poll(ps, (nfds_t)n, 100);
+			if (!is_client)
+				lready = (ps[--n].revents & POLLIN) != 0;
 		}
-		if (!is_client) {
-			ps[n].fd = lfd;
-			ps[n].events = POLLIN;
-			n++;
-		}
-		int r = poll(ps, (nfds_t)n, 100);
 		if (!is_client && !client_done) {
 			int st = client_status;
 			if (client_reaped || waitpid(client, &st, WNOHANG) == client) {
@@ -399,29 +497,38 @@ static void run_loop(int lfd, const struct sockaddr_in *a, int conc, uint64_t ma
 				sleep(300);
 			}
 			for (int i = 0; i < ncs; i++)
-				report_stuck(&cs[i], ps[i].events, "");
+				report_stuck(&cs[i], wants(&cs[i]), "");
 			errors++;
 			return;
 		}
-		if (!is_client) {
-			if ((ps[n - 1].revents & POLLIN) && ncs < MAXC) {
-				int fd = accept(lfd, NULL, NULL);
-				if (fd >= 0) {
-					memset(&cs[ncs], 0, sizeof(cs[ncs]));
-					cs[ncs].fd = fd;
-					fcntl(fd, F_SETFL, O_NONBLOCK);
-					ncs++;
-				}
+		if (lready && ncs < MAXC) {
+			/* (several at once: the epoll loop hears of the listener
+			 * once per batch) */
+			for (int k = 0; k < 64 && ncs < MAXC; k++) {
+				int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK);
+				if (fd < 0)
+					break;
+				memset(&cs[ncs], 0, sizeof(cs[ncs]));
+				cs[ncs].fd = fd;
+				ncs++;
 			}
 		}
-		int polled = is_client ? n : n - 1;
-		for (int i = 0; i < polled; i++) {
-			if (!ps[i].revents)
+		for (int k = 0; k < n; k++) {
+			int i = ready[k];
+			if (!ps[k].revents || cs[i].fd != ps[k].fd)
 				continue;
-			if (step(&cs[i], ps[i].revents)) {
+			if (step(&cs[i], ps[k].revents)) {
+				if (use_epoll)
+					ep_forget(cs[i].fd);
 				close(cs[i].fd);
 				cs[i].fd = -1;
 			} else if (fork_one_in && rnd(fork_one_in) == 0 && cs[i].hdr_got == 16) {
+				/* the helper keeps the socket open: its registration
+				 * here would outlive our close */
+				if (use_epoll) {
+					epoll_ctl(ep, EPOLL_CTL_DEL, cs[i].fd, NULL);
+					ep_forget(cs[i].fd);
+				}
 				fork_helper(i);
 			}
 		}
@@ -442,7 +549,7 @@ int main(int argc, char **argv)
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t al = sizeof(a);
 
-	while ((opt = getopt(argc, argv, "s:c:m:r:f:a:")) != -1) {
+	while ((opt = getopt(argc, argv, "s:c:m:r:f:a:e")) != -1) {
 		switch (opt) {
 		case 's': secs = atof(optarg); break;
 		case 'c': conc = atoi(optarg); break;
@@ -450,21 +557,27 @@ int main(int argc, char **argv)
 		case 'r': seed = strtoull(optarg, NULL, 0); break;
 		case 'f': fork_one_in = (unsigned)atoi(optarg); break;
 		case 'a': abort_one_in = (unsigned)atoi(optarg); break;
+		case 'e': use_epoll = 1; break;
 		default:
 			fprintf(stderr, "usage: soak [-s SECONDS] [-c CONCURRENT] [-m MAX_STREAM] [-r SEED]\n"
-				"            [-f FORK_ONE_IN] [-a ABORT_ONE_IN]   (0: never)\n");
+				"            [-f FORK_ONE_IN] [-a ABORT_ONE_IN] [-e]   (0: never)\n");
 			return 2;
 		}
 	}
 	if (conc < 1 || conc > MAXC)
 		conc = MAXC;
+	if (conc > 256) { /* room for every connection in both processes */
+		struct rlimit rl = { (rlim_t)conc * 2 + 256, (rlim_t)conc * 2 + 256 };
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
 	signal(SIGPIPE, SIG_IGN);
 	int lfd = socket(AF_INET, SOCK_STREAM, 0);
-	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 512) ||
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 4096) ||
 	    getsockname(lfd, (struct sockaddr *)&a, &al)) {
 		perror("soak: listen");
 		return 2;
 	}
+	fcntl(lfd, F_SETFL, O_NONBLOCK); /* several accepts per readiness */
 	fprintf(stderr, "soak: seed %llu, %g s, %d connections at a time, streams up to %llu bytes\n",
 		(unsigned long long)seed, secs, conc, (unsigned long long)max);
 	pid_t client = fork();

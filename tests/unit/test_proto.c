@@ -78,7 +78,14 @@ static void transport_ids(void)
 	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), 0);
 	r.transport = DSOCK_PATH_SHM;
 	r.result = DSOCK_RES_HELD;
-	r.pad2 = 1;
+	r.link = 1; /* only PAIRED and LINK name a link */
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), -EBADMSG);
+	r.result = DSOCK_RES_LINK;
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), 0);
+	r.link_side = 2; /* a link has two sides */
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), -EBADMSG);
+	r.link_side = 0;
+	r.result = DSOCK_RES_LINK + 1;
 	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), -EBADMSG);
 }
 

@@ -23,6 +23,12 @@
 #include <time.h>
 
 static _Atomic int ctl_fd = -1;
+static _Atomic unsigned ctl_gen; /* connections to a daemon so far */
+
+unsigned dsock_ctl_gen(void)
+{
+	return atomic_load(&ctl_gen);
+}
 static atomic_flag ctl_busy = ATOMIC_FLAG_INIT;
 static uint32_t ctl_seq;
 static uint32_t ctl_ordered_seq; /* of the last message sent, doorbells aside */
@@ -176,6 +182,7 @@ static int ctl_connect_locked(unsigned flags, int ppid)
 		dsock_real.close(fd);
 		return -e;
 	}
+	atomic_fetch_add(&ctl_gen, 1);
 	atomic_store(&ctl_fd, fd);
 	memset(&h, 0, sizeof(h));
 	h.flags = flags | (dsock_proc.enabled ? 0 : DSOCK_HELLO_DISABLED);
@@ -355,7 +362,8 @@ static void deliver_locked(const char *b, ssize_t n, int got)
 			dsock_real.close(got);
 		return;
 	}
-	if ((r.result == DSOCK_RES_PAIRED) != (got >= 0)) {
+	/* PAIRED comes with its resource, LINK with or without one */
+	if (r.result != DSOCK_RES_LINK && (r.result == DSOCK_RES_PAIRED) != (got >= 0)) {
 		if (got >= 0)
 			dsock_real.close(got);
 		r.result = DSOCK_RES_KERNEL;

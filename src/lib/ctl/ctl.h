@@ -38,6 +38,9 @@ int dsock_ctl_offer(uint64_t sock_id, int fd, unsigned role, unsigned transport,
 /* The handler of transport's RESULT messages (results are routed by the
  * transport they name); fd is -1 unless paired, and the handler owns it. */
 void dsock_ctl_set_result_handler(unsigned transport, void (*fn)(const struct dsock_msg_result *r, int fd));
+/* Which connection to a daemon this is (bumped at each new one): names
+ * the daemon made before (a link's number) mean nothing to the next. */
+unsigned dsock_ctl_gen(void);
 /* transport's resource of a paired socket again, from the daemon (sock_fd,
  * one of our fds of it, proves the claim), for an exec: waits up to
  * timeout_ms, delivering other mail meanwhile.  Returns the fd

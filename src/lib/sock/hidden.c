@@ -16,25 +16,29 @@ static size_t nhid, hid_cap;
 
 void dsock_hidden_set(struct dsock_sock *s, int *flag, int on)
 {
-	/* an exchange: two threads setting it at once count it once (the
-	 * process-wide count must return to 0, or every poll stops sleeping) */
 	if (__atomic_load_n(flag, __ATOMIC_RELAXED) == on)
 		return;
-	if (__atomic_exchange_n(flag, on, __ATOMIC_ACQ_REL) == on)
-		return;
+	/* the flag changes under the lock, with the list: two threads setting
+	 * and clearing it at once (a poller taking a link's announcements, the
+	 * socket's reader) must leave the socket listed exactly when the flag
+	 * is set, and once (listed twice, it would be reported twice in one
+	 * batch, and the second read would find nothing); the count must
+	 * return to 0, or every poll stops sleeping */
 	pthread_mutex_lock(&hid_mu);
-	if (on) {
-		if (!dsock_grow(&hid, &hid_cap, nhid, sizeof(*hid), 64))
+	if (__atomic_exchange_n(flag, on, __ATOMIC_ACQ_REL) != on) {
+		int listed = s->hid_idx < nhid && hid[s->hid_idx] == s;
+		if (on && !listed && !dsock_grow(&hid, &hid_cap, nhid, sizeof(*hid), 64)) {
+			s->hid_idx = nhid;
 			hid[nhid++] = s;
-	} else {
-		for (size_t i = 0; i < nhid; i++)
-			if (hid[i] == s) {
-				hid[i] = hid[--nhid];
-				break;
-			}
+		} else if (!on && listed) {
+			/* (by its place: the list may hold every connection) */
+			size_t i = s->hid_idx;
+			hid[i] = hid[--nhid];
+			hid[i]->hid_idx = i;
+		}
+		atomic_fetch_add(&dsock_hidden_readable, on ? 1 : -1);
 	}
 	pthread_mutex_unlock(&hid_mu);
-	atomic_fetch_add(&dsock_hidden_readable, on ? 1 : -1);
 }
 
 int dsock_hidden_sock(struct dsock_sock *s, uint64_t *mark)

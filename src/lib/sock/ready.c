@@ -256,12 +256,17 @@ static int kernel_look(int epfd, struct epoll_event *ev, int max, long long now)
  * kernel (a caller that waits in the kernel next hears it there, and a
  * look before each sleep would be an extra system call per sleep).  The
  * hidden ones are looked at once: an edge-triggered
- * member's edge is used up by the look. */
-static int epoll_now(int epfd, struct epoll_event *ev, int max, int kernel_anyway, long long now)
+ * member's edge is used up by the look.  now: the time when the caller
+ * spins (0: it does not know it); poller 0: the caller is about to sleep
+ * (no transport may count on it to look again). */
+static int epoll_now(int epfd, struct epoll_event *ev, int max, int kernel_anyway, long long now, int poller)
 {
 	struct epoll_event hid[64];
 	int n, extra = 0, wants_kernel = 0;
 
+	/* what producers announced: their sockets join the hidden ones (a
+	 * poller, one not about to sleep, lets them announce on) */
+	dsock_transports_collect(poller ? (now ? now : dsock_fast_ns()) : 0);
 	if (atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0)
 		extra = dsock_epset_hidden(epfd, hid, max < 64 ? max : 64, &wants_kernel);
 	if (!extra && !kernel_anyway)
@@ -294,7 +299,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	int blocking = kind == DSOCK_EPW_PWAIT2 ? !t || t->tv_sec || t->tv_nsec : timeout_ms != 0;
 
 	if (max > 0 && atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0 &&
-	    ((n = epoll_now(epfd, ev, max, !blocking, 0)) != 0 || !blocking))
+	    ((n = epoll_now(epfd, ev, max, !blocking, 0, 1)) != 0 || !blocking))
 		return n;
 	/* With fast-path connections, poll the kernel's readiness (and the
 	 * buffers of lingering receivers) for a moment before sleeping: a token
@@ -316,7 +321,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			int kernel = tn >= kernel_at;
 			if (kernel)
 				kernel_at = tn + KERNEL_LOOK_NS;
-			if ((n = epoll_now(epfd, ev, max, kernel, tn)) != 0) {
+			if ((n = epoll_now(epfd, ev, max, kernel, tn, 1)) != 0) {
 				if (spins)
 					dsock_spin_outcome(1);
 				return n;
@@ -338,7 +343,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		/* about to sleep: end the leases, then look once more */
 		atomic_fetch_add(&dsock_sleepers, 1);
 		dsock_transports_before_sleep();
-		if ((n = epoll_now(epfd, ev, max, 0, 0)) != 0 || (n = dsock_epset_parked_ready(epfd, ev, max)) != 0) {
+		if ((n = epoll_now(epfd, ev, max, 0, 0, 0)) != 0 || (n = dsock_epset_parked_ready(epfd, ev, max)) != 0) {
 			atomic_fetch_sub(&dsock_sleepers, 1);
 			return n;
 		}

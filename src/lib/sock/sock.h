@@ -38,6 +38,7 @@ struct dsock_sock {
 	 * last put */
 	const struct dsock_transport *owner;
 	struct dsock_sock *next_free;
+	size_t hid_idx;                   /* its place on the hidden list (hidden.c) */
 };
 
 /* ---- objects ----------------------------------------------------------- */

@@ -105,6 +105,13 @@ EACH(fork_child)
 EACH(exec_failed)
 EACH(exit)
 
+void dsock_transports_collect(int64_t now)
+{
+	for (int i = 0; i < ntransports; i++)
+		if (transports[i]->collect)
+			transports[i]->collect(now);
+}
+
 /* The reverse order of fork_prepare: locks taken in prepare are released
  * last to first. */
 void dsock_transports_fork_parent(void)

@@ -95,6 +95,13 @@ struct dsock_transport {
 	 * waiting on sockets (counted in dsock_sleepers): from now on every
 	 * arrival must show in the kernel's readiness. */
 	void (*before_sleep)(void);
+	/* Process-wide: an epoll_wait of ours looks for events now: take what
+	 * producers announced in shared memory, marking those sockets hidden
+	 * readable (dsock_hidden_set), so that the look finds them without
+	 * looking at every socket.  now != 0: the caller spins (now is the
+	 * time), and it or another poller of ours looks again before any
+	 * thread of ours sleeps: producers may announce instead of waking. */
+	void (*collect)(int64_t now);
 
 	/* ---- process-wide hooks, called through the registry (each may be
 	 * NULL) ---- */
@@ -140,6 +147,7 @@ int dsock_transport_offer(struct dsock_sock *s, int fd, int role, unsigned *reas
 int dsock_transports_any(void);
 /* Each calls the hook of the same name of every registered transport. */
 void dsock_transports_before_sleep(void);
+void dsock_transports_collect(int64_t now);
 void dsock_transports_adopt(void);
 void dsock_transports_fork_prepare(void);
 void dsock_transports_fork_parent(void);

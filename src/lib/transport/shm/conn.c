@@ -154,7 +154,8 @@ int shm_map_conn(struct shm_conn *c, int memfd, int side, uint32_t size)
  * switches): then the result waits for the next call.  One attach at a
  * time per connection: the result comes once, and a delayed one is
  * claimed by one thread (shm_progress). */
-static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
+static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size, uint32_t link, int link_side,
+		   unsigned link_gen)
 {
 	struct shm_conn *c = shm_conn(s);
 	int r;
@@ -178,6 +179,9 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 		atomic_store(&c->attaching, 0);
 		c->delayed_side = side;
 		c->delayed_size = size;
+		c->delayed_link = link;
+		c->delayed_link_side = link_side;
+		c->delayed_link_gen = link_gen;
 		/* release: a claimer (shm_progress) sees side and size too */
 		__atomic_store_n(&c->delayed_memfd, memfd, __ATOMIC_RELEASE);
 		return;
@@ -213,6 +217,8 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size)
 	__atomic_store_n(&c->me->attached, DSOCK_ATT_ATTACHED, __ATOMIC_SEQ_CST);
 	c->state = SC_ATTACHED;
 	c->fork_gen = shm_fork_gen;
+	shm_link_join(c, link, link_side, link_gen);
+	shm_asleep_count(c, 1);
 	shm_fast_count(c);
 	atomic_store(&c->attaching, 0);
 	pthread_mutex_unlock(&c->mu);
@@ -222,6 +228,10 @@ void shm_on_result(const struct dsock_msg_result *r, int memfd)
 {
 	struct shm_conn *c;
 
+	if (r->result == DSOCK_RES_LINK) {
+		shm_link_result(r, memfd);
+		return;
+	}
 	pthread_mutex_lock(&pending_mu);
 	for (c = pending; c && c->sock->id != r->sock_id; c = c->next)
 		;
@@ -250,7 +260,7 @@ void shm_on_result(const struct dsock_msg_result *r, int memfd)
 		return;
 	}
 	if (r->result == DSOCK_RES_PAIRED) {
-		attach(c->sock, memfd, (int)r->side, r->ring_size);
+		attach(c->sock, memfd, (int)r->side, r->ring_size, r->link, r->link_side, dsock_ctl_gen());
 	} else {
 		shm_detach(c->sock, r->reason);
 	}
@@ -433,7 +443,8 @@ int shm_progress(struct dsock_sock *s, int fd)
 		 * read) */
 		int memfd = __atomic_exchange_n(&c->delayed_memfd, -1, __ATOMIC_ACQUIRE);
 		if (memfd >= 0)
-			attach(s, memfd, c->delayed_side, c->delayed_size);
+			attach(s, memfd, c->delayed_side, c->delayed_size, c->delayed_link, c->delayed_link_side,
+			       c->delayed_link_gen);
 	}
 	if (c->state == SC_ATTACHED && !__atomic_load_n(&c->reported, __ATOMIC_RELAXED) &&
 	    shm_active(c) && !__atomic_exchange_n(&c->reported, 1, __ATOMIC_RELAXED)) {
@@ -451,10 +462,12 @@ void shm_release(struct dsock_sock *s)
 		return;
 	if (c->state == SC_PENDING || c->state == SC_OFFER_DUE)
 		unlink_pending(c);
+	shm_link_leave(c); /* before the unmap: a poller of ours may look at the ring */
 	if (c->state == SC_ATTACHED) {
 		shm_linger_forget(c);
 		shm_asleep_flush(c);
 	}
+	shm_asleep_count(c, 0);
 	fast_uncount(c);
 	dsock_hidden_set(c->sock, &c->unbacked, 0);
 	held_remove(c); /* before the unmap: a fork may be counting */
@@ -535,10 +548,13 @@ void shm_fork_prepare(void)
 	for (struct shm_conn *c = held; c; c = c->hnext)
 		if (!c->let_go)
 			__atomic_add_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST);
+	/* and none stays on a link */
+	shm_link_fork_prepare();
 }
 
 void shm_fork_parent(void)
 {
+	shm_link_fork_parent();
 	pthread_mutex_unlock(&held_mu);
 	pthread_mutex_unlock(&pending_mu);
 }
@@ -548,6 +564,7 @@ void shm_fork_child(void)
 	struct shm_conn *list = pending;
 
 	shm_forget_tid();
+	shm_link_fork_child();
 	shm_membarrier_register(); /* a registration is the address space's */
 	pthread_mutex_init(&held_mu, NULL);
 	/* the child counts the connections it moves bytes through itself */

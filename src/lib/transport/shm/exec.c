@@ -120,6 +120,8 @@ size_t shm_exec_env(char *buf, size_t n, int spawn, const struct dsock_exec_targ
 	 * outlive a recv on them from now on (as at fork) */
 	if (w.new_holder)
 		__atomic_add_fetch(&shm_fork_gen, 1, __ATOMIC_RELAXED);
+	/* nor may a producer announce on our links what the other reads */
+	shm_link_unjoin_all();
 	w.mark = ++exec_mark;
 	dsock_fdt_walk(exec_one, &w);
 	if (!w.new_holder) /* our own exec (not a vfork child's: our memory) */

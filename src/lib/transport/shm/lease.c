@@ -149,6 +149,7 @@ unsigned shm_fork_gen;
 static pthread_mutex_t linger_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_conn **linger;
 static size_t nlinger, linger_cap;
+#define LINGER_FEW 8u /* lingering receives past which a leased link serves */
 
 /* Tries a shared lock once. */
 int shm_trylock(uint32_t *w)
@@ -163,10 +164,16 @@ int shm_trylock(uint32_t *w)
  * a sleeper counts itself, then settles the list).  Returns as rx_settle. */
 int shm_rx_leave(struct shm_conn *c, int fd)
 {
+	int64_t now = dsock_fast_ns();
+
+	/* While a poller of ours holds a lease on the link, the producer
+	 * announces our data there, and a few lingering receives are still
+	 * cheaper (no fence here, no entry to take there: a ping-pong on one
+	 * connection takes half as long), but every look walks them all */
 	if (c->fork_gen == shm_fork_gen && !c->wr_shut &&
+	    (__atomic_load_n(&nlinger, __ATOMIC_RELAXED) < LINGER_FEW || !shm_link_polled(c, now)) &&
 	    !__atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE)) {
 		uint64_t head;
-		int64_t now = dsock_fast_ns();
 		/* DSOCK_LEASE_US while this thread has its core (an event loop
 		 * that serves many connections comes back to each later than
 		 * 50 us); at most 50 us when more threads are runnable than
@@ -189,6 +196,7 @@ int shm_rx_leave(struct shm_conn *c, int fd)
 		if (!c->lingering) {
 			pthread_mutex_lock(&linger_mu);
 			if (!dsock_grow(&linger, &linger_cap, nlinger, sizeof(*linger), 16)) {
+				c->linger_idx = nlinger;
 				linger[nlinger++] = c;
 				c->lingering = 1;
 			}
@@ -225,6 +233,7 @@ void shm_settle_lingering(void)
 		struct shm_conn *c = linger[i];
 		uint64_t head;
 		if (!c->settling) {
+			c->linger_idx = kept;
 			linger[kept++] = c;
 			continue;
 		}
@@ -240,11 +249,11 @@ void shm_settle_lingering(void)
 void shm_linger_forget(struct shm_conn *c)
 {
 	pthread_mutex_lock(&linger_mu);
-	for (size_t i = 0; i < nlinger; i++) {
-		if (linger[i] == c) {
-			linger[i] = linger[--nlinger];
-			break;
-		}
+	if (c->lingering && c->linger_idx < nlinger && linger[c->linger_idx] == c) {
+		/* (by its place: the list may hold every connection) */
+		size_t i = c->linger_idx;
+		linger[i] = linger[--nlinger];
+		linger[i]->linger_idx = i;
 	}
 	c->lingering = 0;
 	pthread_mutex_unlock(&linger_mu);

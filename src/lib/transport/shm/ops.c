@@ -14,6 +14,14 @@
 #include <unistd.h>
 
 
+/* A thread of ours is about to sleep: every lease of ours ends, on rings
+ * and on links, and what they let through is marked for our pollers. */
+static void shm_before_sleep(void)
+{
+	shm_settle_lingering();
+	shm_link_end_leases();
+}
+
 int shm_hidden_readable(struct dsock_sock *s)
 {
 	struct shm_conn *c = shm_conn(s);
@@ -260,7 +268,8 @@ const struct dsock_transport dsock_shm_transport = {
 	.want_space = shm_want_space,
 	.handover = shm_handover_op,
 	.release = shm_release,
-	.before_sleep = shm_settle_lingering,
+	.before_sleep = shm_before_sleep,
+	.collect = shm_link_collect,
 	.init = shm_init,
 	.adopt = shm_adopt,
 	.fork_prepare = shm_fork_prepare,

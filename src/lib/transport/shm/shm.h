@@ -60,6 +60,7 @@ struct shm_conn {
 			       * yet added to it (rx lock held; tokens.c,
 			       * note_read) */
 	uint32_t test_reads;  /* ring reads, for DSOCK_TEST_BACK_READS */
+	int asleep_counted;   /* counted in shm_asleep_conns (attach to release) */
 	uint16_t service;    /* the service port: the peer's if we connected,
 			      * ours if we accepted (0: unknown) */
 	uint32_t nr;         /* this connection's number in this process */
@@ -71,6 +72,7 @@ struct shm_conn {
 	struct dsock_shm_side *me, *peer;
 	int unbacked;        /* rx ring has data that no token backs */
 	int lingering;       /* on the linger list: our lease outlives a recv */
+	size_t linger_idx;   /* its place there (linger_mu) */
 	unsigned fork_gen;   /* shm_fork_gen when attached (in this process) */
 	int let_go;          /* this process no longer counts among the holders */
 	int on_held;         /* on the list of attached connections (conn.c) */
@@ -86,6 +88,9 @@ struct shm_conn {
 	int delayed_memfd;   /* a PAIRED result we could not attach yet */
 	int delayed_side;
 	uint32_t delayed_size;
+	uint32_t delayed_link;
+	int delayed_link_side;
+	unsigned delayed_link_gen;
 	_Atomic int kernel_rx_inflight; /* PENDING kernel reads in progress */
 	_Atomic int64_t pending_read; /* bytes PENDING reads consumed (one
 				       * process: a fork refuses the pairing) */
@@ -98,6 +103,8 @@ struct shm_conn {
 	pthread_mutex_t mu;  /* PENDING-state sends and state changes */
 	struct dsock_sock *sock;
 	struct shm_conn *next; /* pending list */
+	struct shm_link *link; /* our link with the peer's process (link.c), or NULL */
+	uint32_t link_slot;  /* our slot on it (as in me->link_slot) */
 };
 
 extern const struct dsock_transport dsock_shm_transport;
@@ -124,6 +131,8 @@ extern unsigned shm_test_back_reads;
 extern _Atomic int32_t shm_asleep_score[SHM_ASLEEP_SLOTS];
 /* Adds c's part to its service's score; returns the score. */
 int32_t shm_asleep_flush(struct shm_conn *c);
+/* Counts c among its service's connections on the rings (on 1), or not. */
+void shm_asleep_count(struct shm_conn *c, int on);
 
 int shm_init(void);
 int shm_offer(struct dsock_sock *s, int fd, int role, void **priv, unsigned *reason);
@@ -161,6 +170,36 @@ void shm_adopt(void);
 /* Normal exit: this process lets go of its connections as close does (a
  * process that ends with _exit or a signal cannot: see ARCHITECTURE.md). */
 void shm_exit(void);
+
+/* ---- links (link.c) ---- */
+struct shm_link;
+struct dsock_msg_result;
+/* A RESULT of kind LINK: the link's memfd (the handler owns it), or -1:
+ * its other process left. */
+void shm_link_result(const struct dsock_msg_result *r, int fd);
+/* c (attached, mapped, held by this process alone) goes on link id as
+ * side, as named on daemon connection gen (dsock_ctl_gen() when its
+ * result came): its peer may announce its data there.  Nothing if there
+ * is no such link. */
+void shm_link_join(struct shm_conn *c, uint32_t id, int side, unsigned gen);
+/* c off its link (release). */
+void shm_link_leave(struct shm_conn *c);
+/* The producer's announcement, after publishing data and a full fence,
+ * when the consumer's ring lease has ended: 1 if the consumer's poller
+ * will find it (no token needed), else 0. */
+int shm_link_notify(struct shm_conn *c, int64_t now);
+/* The transport's collect op, and its before_sleep part: every link lease
+ * ends, what the queues hold is taken. */
+void shm_link_collect(int64_t now);
+void shm_link_end_leases(void);
+/* 1 if a poller of ours holds a lease on c's link (so c's consumer need
+ * not linger: its producer announces there). */
+int shm_link_polled(const struct shm_conn *c, int64_t now);
+/* Every connection off its link (exec: another holder may read them). */
+void shm_link_unjoin_all(void);
+void shm_link_fork_prepare(void);
+void shm_link_fork_parent(void);
+void shm_link_fork_child(void);
 
 /* conn.c, for init.c: the daemon's answer to an offer (memfd: -1 unless
  * paired; the handler owns it). */

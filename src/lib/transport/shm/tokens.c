@@ -89,7 +89,12 @@ void shm_ring_doorbell(struct shm_conn *c, int fd)
 	if ((hu & 1) && shm_membarrier_ok && hu > dsock_coarse_ns())
 		return;
 	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* orders tail before lease_until */
-	if ((int64_t)__atomic_load_n(&c->tx->lease_until, __ATOMIC_RELAXED) > dsock_mono_ns())
+	int64_t now = dsock_mono_ns();
+	if ((int64_t)__atomic_load_n(&c->tx->lease_until, __ATOMIC_RELAXED) > now)
+		return;
+	/* a poller of the consumer looks at our link's queue: an entry there
+	 * instead of a system call (link.c) */
+	if (shm_link_notify(c, now))
 		return;
 	send_token(c, fd);
 }
@@ -121,12 +126,37 @@ void shm_ring_doorbell(struct shm_conn *c, int fd)
 #define ASLEEP_SMALL 4096
 #define ASLEEP_FLUSH 256 /* a read without a sleep adds its -8s at this many */
 _Atomic int32_t shm_asleep_score[SHM_ASLEEP_SLOTS];
+_Atomic int32_t shm_asleep_conns[SHM_ASLEEP_SLOTS];
 static __thread unsigned seen_sleep_gen; /* this thread's sleeps a read took */
+
+/* The verdict's threshold for c's service: shm_asleep_reads, or 8 reads
+ * per connection of the service if that is more.  While many connections
+ * are being set up, each one's first ring reads follow sleeps (the
+ * process waits for the others, still on the kernel): 10,000 connections
+ * moving at once would reach any fixed threshold and send them all back,
+ * for good, though none of them sleeps once they are all on the rings. */
+static int32_t asleep_threshold(const struct shm_conn *c)
+{
+	int64_t t = (int64_t)atomic_load_explicit(&shm_asleep_conns[c->service % SHM_ASLEEP_SLOTS],
+						  memory_order_relaxed) * 8;
+
+	if (t < (int64_t)shm_asleep_reads)
+		t = shm_asleep_reads;
+	return t > (1 << 29) ? 1 << 29 : (int32_t)t;
+}
+
+void shm_asleep_count(struct shm_conn *c, int on)
+{
+	if (c->asleep_counted == on)
+		return;
+	c->asleep_counted = on;
+	atomic_fetch_add(&shm_asleep_conns[c->service % SHM_ASLEEP_SLOTS], on ? 1 : -1);
+}
 
 int32_t shm_asleep_flush(struct shm_conn *c)
 {
 	_Atomic int32_t *w = &shm_asleep_score[c->service % SHM_ASLEEP_SLOTS];
-	int32_t top = shm_asleep_reads > (1u << 29) ? 1 << 30 : (int32_t)shm_asleep_reads * 2;
+	int32_t top = asleep_threshold(c) * 2;
 
 	if (!c->asleep_delta)
 		return atomic_load_explicit(w, memory_order_relaxed);
@@ -170,7 +200,7 @@ void shm_note_read(struct shm_conn *c, size_t n)
 	seen_sleep_gen = dsock_sleep_gen;
 	if (n < ASLEEP_SMALL)
 		c->asleep_delta++;
-	if (shm_asleep_flush(c) >= (int32_t)shm_asleep_reads)
+	if (shm_asleep_flush(c) >= asleep_threshold(c))
 		ask_back(c, "its consumers found asleep");
 }
 

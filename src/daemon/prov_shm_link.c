@@ -1,0 +1,148 @@
+/* Links for the shared-memory transport: one memfd per pair of processes
+ * with connections on the rings between them (shm_layout.h), made at
+ * their first pairing, sent to each of the two before the first PAIRED
+ * result that names it, and dropped when either process leaves (the
+ * other is told; it unmaps the link once its connections let go).
+ * Hashed by the two processes, so a pairing finds its link in the same
+ * time with one peer process or thousands. */
+#include "daemon/provision.h"
+#include "daemon/pairing.h"
+#include "daemon/hmap.h"
+#include "common/log.h"
+#include "common/shm_layout.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct link {
+	const struct dd_proc *proc[2]; /* side 0 is the one that paired first */
+	struct dd_reply_to to[2];
+	uint32_t id;
+	int fd;
+	int sent[2];   /* that side has the memfd */
+	struct link *prev, *next;
+};
+
+static struct link *links;
+static struct dd_hmap by_procs;
+static uint32_t next_id;
+static unsigned long n_links;
+
+static uint64_t procs_key(const struct dd_proc *a, const struct dd_proc *b)
+{
+	uintptr_t k[2] = { (uintptr_t)(a < b ? a : b), (uintptr_t)(a < b ? b : a) };
+
+	return dd_hash(k, sizeof(k), 0x4c);
+}
+
+static void link_header(void *page, void *arg)
+{
+	struct dsock_link_hdr *h = page;
+
+	(void)arg;
+	h->magic = DSOCK_LINK_MAGIC;
+	h->version = DSOCK_LINK_VERSION;
+	h->slots = DSOCK_LINK_SLOTS;
+}
+
+/* The link of the two processes, made if need be; NULL when there is
+ * none to be had (an end without a process, no memory). */
+static struct link *link_of(const struct dd_proc *a, const struct dd_proc *b, const struct dd_reply_to *ta,
+			    const struct dd_reply_to *tb)
+{
+	uint64_t v, key;
+	struct link *l;
+
+	if (!a || !b)
+		return NULL;
+	key = procs_key(a, b);
+	if (dd_hmap_get(&by_procs, key, &v)) {
+		l = (struct link *)(uintptr_t)v;
+		/* (a hash that collides leaves the newer pair without a link) */
+		return (l->proc[0] == a && l->proc[1] == b) || (l->proc[0] == b && l->proc[1] == a) ? l : NULL;
+	}
+	if (!(l = calloc(1, sizeof(*l))))
+		return NULL;
+	if ((l->fd = dd_sealed_memfd("dsock-link", DSOCK_LINK_BYTES, link_header, NULL)) < 0) {
+		DSOCK_WARN("cannot create a link: %s", strerror(-l->fd));
+		free(l);
+		return NULL;
+	}
+	if (dd_hmap_put(&by_procs, key, (uint64_t)(uintptr_t)l)) {
+		close(l->fd);
+		free(l);
+		return NULL;
+	}
+	l->proc[0] = a;
+	l->proc[1] = b;
+	l->to[0] = *ta;
+	l->to[1] = *tb;
+	if (!++next_id)
+		next_id = 1;
+	l->id = next_id;
+	l->next = links;
+	if (links)
+		links->prev = l;
+	links = l;
+	n_links++;
+	return l;
+}
+
+void dd_shm_link_intro(const struct dd_reply_to *to[2], struct dsock_msg_result r[2])
+{
+	struct link *l = link_of(to[0]->proc, to[1]->proc, to[0], to[1]);
+
+	for (int i = 0; i < 2; i++) {
+		r[i].link = 0;
+		r[i].link_side = 0;
+	}
+	if (!l)
+		return;
+	for (int i = 0; i < 2; i++) {
+		/* which side of the link end i is on (both, for a process
+		 * connected to itself: one side per end) */
+		int ls = l->proc[0] == l->proc[1] ? i : l->proc[0] == to[i]->proc ? 0 : 1;
+		if (!l->sent[ls]) {
+			struct dsock_msg_result m = { .transport = r[i].transport, .result = DSOCK_RES_LINK,
+						      .link = l->id, .link_side = (uint16_t)ls };
+			if (dd_send_result(to[i], &m, l->fd))
+				continue; /* the pair goes without a link */
+			l->sent[ls] = 1;
+		}
+		r[i].link = l->id;
+		r[i].link_side = (uint16_t)ls;
+	}
+}
+
+/* A process left: its links go, and the other process of each is told. */
+void dd_shm_link_forget(const struct dd_proc *p)
+{
+	for (struct link *l = links, *next; l; l = next) {
+		next = l->next;
+		if (l->proc[0] != p && l->proc[1] != p)
+			continue;
+		int other = l->proc[0] == p ? 1 : 0;
+		if (l->proc[other] != p && l->sent[other]) {
+			struct dsock_msg_result m = { .transport = DSOCK_PATH_SHM, .result = DSOCK_RES_LINK,
+						      .link = l->id, .link_side = (uint16_t)other };
+			dd_send_result(&l->to[other], &m, -1);
+		}
+		dd_hmap_del(&by_procs, procs_key(l->proc[0], l->proc[1]));
+		if (l->prev)
+			l->prev->next = l->next;
+		else
+			links = l->next;
+		if (l->next)
+			l->next->prev = l->prev;
+		close(l->fd);
+		free(l);
+		n_links--;
+	}
+}
+
+unsigned long dd_shm_links(void)
+{
+	return n_links;
+}

@@ -1,0 +1,501 @@
+/* Links on the shm transport (shm_layout.h): the memory this process
+ * shares with one peer process, whose queues tell a polling consumer
+ * which rings have news, so that its epoll_wait looks at those rings
+ * only, not at every connection it holds, and a producer writes an entry
+ * where it would otherwise make a system call (a wake-up token).
+ *
+ * The promise behind a link lease is the one behind a lingering lease: a
+ * poller of this process looks at the queue before any thread of it
+ * sleeps.  So a lease is published only by a spinning epoll_wait, kept
+ * only while dsock_sleepers is 0 (checked after publishing it: Dekker with
+ * the sleeper's count-then-end), and every sleeper ends them all and
+ * takes what the queues hold first (shm_link_end_leases).  The producer
+ * pushes its entry, then (a full fence) looks at the lease; the consumer
+ * ends the lease, then (a full fence) takes the entries: one of them sees
+ * the other's store, so either the entry is taken or a token is sent.
+ *
+ * A connection uses its link only while this process alone holds it: a
+ * fork or an exec (another holder may sleep on it where we cannot see)
+ * takes every connection off its link first (shm_link_unjoin_all). */
+#include "lib/transport/shm/ring.h"
+#include "lib/base/grow.h"
+#include "lib/base/real.h"
+#include "lib/ctl/ctl.h"
+#include "lib/sock/ready.h"
+#include "common/log.h"
+#include "common/proto.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+struct shm_link {
+	uint32_t id;
+	unsigned gen;  /* dsock_ctl_gen() of the daemon connection it came on */
+	int side; /* ours: we produce on queue side, consume queue 1 - side */
+	struct dsock_link_hdr *h;
+	struct dsock_link_queue *inq, *outq;
+	uint32_t *in, *out;
+	/* consumer */
+	pthread_mutex_t rx_mu;       /* the slots and taking entries */
+	uint64_t head;               /* entries taken */
+	struct shm_conn **slot;      /* by slot number; slot[0] unused */
+	size_t nslot, slot_cap;
+	uint32_t *freed;             /* slot numbers to give out again */
+	size_t nfreed, freed_cap;
+	int64_t lease;               /* the lease we published last (ours) */
+	int broken;                  /* its queue broke the rules: unused */
+	int took;                    /* an entry was taken (logged once) */
+	/* producer */
+	pthread_mutex_t tx_mu;
+	uint64_t tail;               /* entries pushed */
+	int users;                   /* connections on it (rx_mu) */
+	int gone;                    /* the other process left (links_mu) */
+	struct shm_link *next;
+};
+
+static pthread_mutex_t links_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct shm_link *links;
+static _Atomic int nlinks;
+
+/* A link's number is the daemon's, and a new daemon (a restart) numbers
+ * anew: links are found by (number, side, daemon connection). */
+static struct shm_link *find_locked(uint32_t id, int side, unsigned gen)
+{
+	struct shm_link *l = links;
+
+	while (l && (l->id != id || l->side != side || l->gen != gen))
+		l = l->next;
+	return l;
+}
+
+/* Links no longer used stay allocated and mapped: a sending thread that
+ * read a connection's link just before a fork or an exec took the
+ * connection off it may still push there, and must find memory.  A new
+ * link takes a spare one's place, its memory mapped over the old (such a
+ * late entry is then one spurious look of ours). */
+static struct shm_link *spare;
+
+/* Out of the list, onto the spares (links_mu held, no connection on it). */
+static void retire_locked(struct shm_link *l)
+{
+	for (struct shm_link **pp = &links; *pp; pp = &(*pp)->next)
+		if (*pp == l) {
+			*pp = l->next;
+			atomic_fetch_sub(&nlinks, 1);
+			break;
+		}
+	pthread_mutex_lock(&l->rx_mu);
+	free(l->slot);
+	free(l->freed);
+	l->slot = NULL;
+	l->freed = NULL;
+	l->nslot = l->slot_cap = l->nfreed = l->freed_cap = 0;
+	pthread_mutex_unlock(&l->rx_mu);
+	l->next = spare;
+	spare = l;
+}
+
+/* A link for memory h: a spare one (h moved over its memory) or a new one. */
+static struct shm_link *link_for(struct dsock_link_hdr **h)
+{
+	struct shm_link *l = spare;
+
+	if (l) {
+		void *at = mremap(*h, DSOCK_LINK_BYTES, DSOCK_LINK_BYTES, MREMAP_MAYMOVE | MREMAP_FIXED, l->h);
+		if (at == MAP_FAILED)
+			return NULL;
+		spare = l->next;
+		*h = at;
+		pthread_mutex_lock(&l->tx_mu);
+		l->tail = 0;
+		pthread_mutex_unlock(&l->tx_mu);
+		pthread_mutex_lock(&l->rx_mu);
+		l->head = 0;
+		l->lease = 0;
+		l->broken = l->took = l->users = l->gone = 0;
+		pthread_mutex_unlock(&l->rx_mu);
+		return l;
+	}
+	if (!(l = calloc(1, sizeof(*l))))
+		return NULL;
+	pthread_mutex_init(&l->rx_mu, NULL);
+	pthread_mutex_init(&l->tx_mu, NULL);
+	return l;
+}
+
+/* Maps and checks a link's memory: a sealed memfd of exactly its size
+ * whose header agrees.  Returns the mapping or NULL. */
+static struct dsock_link_hdr *map_link(int fd)
+{
+	int seals = dsock_real.fcntl(fd, F_GET_SEALS);
+	struct stat st;
+	struct dsock_link_hdr *h;
+
+	if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0 || st.st_size != DSOCK_LINK_BYTES)
+		return NULL;
+	h = mmap(NULL, DSOCK_LINK_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (h == MAP_FAILED)
+		return NULL;
+	if (h->magic != DSOCK_LINK_MAGIC || h->version != DSOCK_LINK_VERSION || h->slots != DSOCK_LINK_SLOTS) {
+		munmap(h, DSOCK_LINK_BYTES);
+		return NULL;
+	}
+	return h;
+}
+
+void shm_link_result(const struct dsock_msg_result *r, int fd)
+{
+	struct shm_link *l;
+	int side = r->link_side;
+	unsigned gen = dsock_ctl_gen();
+
+	pthread_mutex_lock(&links_mu);
+	/* links from an earlier daemon: no "gone" comes for them any more;
+	 * retired once their connections let go */
+	for (struct shm_link *o = links, *next; o; o = next) {
+		next = o->next;
+		if (o->gen != gen && !o->gone) {
+			pthread_mutex_lock(&o->rx_mu);
+			int idle = o->users == 0;
+			o->gone = 1;
+			pthread_mutex_unlock(&o->rx_mu);
+			if (idle)
+				retire_locked(o);
+		}
+	}
+	l = find_locked(r->link, side, gen);
+	if (fd < 0) {
+		/* the other process left: unmapped once no connection uses it */
+		if (l) {
+			pthread_mutex_lock(&l->rx_mu);
+			int idle = l->users == 0;
+			l->gone = 1;
+			pthread_mutex_unlock(&l->rx_mu);
+			if (idle)
+				retire_locked(l);
+		}
+		pthread_mutex_unlock(&links_mu);
+		return;
+	}
+	if (l) { /* (given twice: the first stands) */
+		pthread_mutex_unlock(&links_mu);
+		dsock_real.close(fd);
+		return;
+	}
+	struct dsock_link_hdr *h = map_link(fd);
+	dsock_real.close(fd);
+	if (!h || !(l = link_for(&h))) {
+		if (h)
+			munmap(h, DSOCK_LINK_BYTES);
+		pthread_mutex_unlock(&links_mu);
+		DSOCK_WARN("unusable link memory from the daemon: its connections wake by tokens");
+		return;
+	}
+	l->id = r->link;
+	l->gen = gen;
+	l->side = side;
+	l->h = h;
+	l->outq = &h->q[side];
+	l->inq = &h->q[1 - side];
+	l->out = (uint32_t *)((char *)h + DSOCK_SHM_HDR + (size_t)side * DSOCK_LINK_SLOTS * 4);
+	l->in = (uint32_t *)((char *)h + DSOCK_SHM_HDR + (size_t)(1 - side) * DSOCK_LINK_SLOTS * 4);
+	l->nslot = 1;
+	l->next = links;
+	links = l;
+	atomic_fetch_add(&nlinks, 1);
+	pthread_mutex_unlock(&links_mu);
+	DSOCK_DBG("link %u: side %d mapped", l->id, side);
+}
+
+void shm_link_join(struct shm_conn *c, uint32_t id, int side, unsigned gen)
+{
+	struct shm_link *l;
+	uint32_t n = 0;
+
+	if (!id)
+		return;
+	pthread_mutex_lock(&links_mu);
+	l = find_locked(id, side, gen);
+	/* (a fork since the attach: another process may hold it) */
+	if (l && !l->gone && !l->broken && c->fork_gen == shm_fork_gen) {
+		pthread_mutex_lock(&l->rx_mu);
+		if (l->nfreed)
+			n = l->freed[--l->nfreed];
+		else if (!dsock_grow(&l->slot, &l->slot_cap, l->nslot, sizeof(*l->slot), 64))
+			n = (uint32_t)l->nslot++;
+		if (n) {
+			l->slot[n] = c;
+			l->users++;
+		}
+		pthread_mutex_unlock(&l->rx_mu);
+	}
+	pthread_mutex_unlock(&links_mu);
+	if (!n)
+		return;
+	c->link_slot = n;
+	__atomic_store_n(&c->link, l, __ATOMIC_RELEASE);
+	__atomic_store_n(&c->me->link_slot, n, __ATOMIC_SEQ_CST);
+}
+
+/* Off its link (links_mu held). */
+static void leave_locked(struct shm_conn *c)
+{
+	struct shm_link *l = c->link;
+	int idle;
+
+	__atomic_store_n(&c->me->link_slot, 0, __ATOMIC_SEQ_CST);
+	pthread_mutex_lock(&l->rx_mu);
+	l->slot[c->link_slot] = NULL;
+	if (!dsock_grow(&l->freed, &l->freed_cap, l->nfreed, sizeof(*l->freed), 64))
+		l->freed[l->nfreed++] = c->link_slot;
+	idle = --l->users == 0 && l->gone;
+	pthread_mutex_unlock(&l->rx_mu);
+	__atomic_store_n(&c->link, NULL, __ATOMIC_RELAXED);
+	c->link_slot = 0;
+	if (idle)
+		retire_locked(l);
+}
+
+void shm_link_leave(struct shm_conn *c)
+{
+	if (!__atomic_load_n(&c->link, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&links_mu);
+	if (c->link)
+		leave_locked(c);
+	pthread_mutex_unlock(&links_mu);
+}
+
+/* ---- the producer ---------------------------------------------------------- */
+int shm_link_notify(struct shm_conn *c, int64_t now)
+{
+	struct shm_link *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
+	struct dsock_link_queue *q;
+	uint32_t n;
+
+	if (!l)
+		return 0;
+	q = l->outq;
+	if ((int64_t)__atomic_load_n(&q->lease_until, __ATOMIC_RELAXED) <= now ||
+	    !(n = __atomic_load_n(&c->peer->link_slot, __ATOMIC_RELAXED)))
+		return 0;
+	/* one entry per ring at a time: one already queued names our data
+	 * too (the consumer clears the flag, then looks at the ring) */
+	if (!__atomic_load_n(&c->tx->queued, __ATOMIC_RELAXED)) {
+		if (pthread_mutex_trylock(&l->tx_mu))
+			return 0;
+		uint64_t h = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
+		if (l->tail - h >= DSOCK_LINK_SLOTS) { /* full, or a head that lies */
+			pthread_mutex_unlock(&l->tx_mu);
+			return 0;
+		}
+		__atomic_store_n(&c->tx->queued, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&l->out[l->tail % DSOCK_LINK_SLOTS], n, __ATOMIC_RELAXED);
+		__atomic_store_n(&q->tail, ++l->tail, __ATOMIC_RELEASE);
+		pthread_mutex_unlock(&l->tx_mu);
+	}
+	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the entry before the lease */
+	return (int64_t)__atomic_load_n(&q->lease_until, __ATOMIC_RELAXED) > now;
+}
+
+/* ---- the consumer ---------------------------------------------------------- */
+#define TAKE_BATCH 64
+
+/* Takes l's entries (rx_mu held): each names a ring that has news; its
+ * flag is cleared, then (a full fence) the ring looked at, and a ring
+ * with data is marked hidden readable for our pollers. */
+static void take_locked(struct shm_link *l)
+{
+	uint64_t t = __atomic_load_n(&l->inq->tail, __ATOMIC_ACQUIRE);
+	struct shm_conn *got[TAKE_BATCH];
+
+	if (t == l->head)
+		return;
+	if (t - l->head > DSOCK_LINK_SLOTS) {
+		DSOCK_WARN("link %u: its queue broke the rules (a corrupt or hostile peer): "
+			   "its connections wake by tokens",
+			   l->id);
+		l->broken = 1;
+		/* no lease from now on, then (a full fence) a look at every
+		 * ring of the link: the entries of an honest producer that saw
+		 * the lease are lost with the queue, not its data */
+		__atomic_store_n(&l->inq->lease_until, 0, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&l->lease, 0, __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		for (size_t i = 1; i < l->nslot; i++) {
+			uint64_t head;
+			if (l->slot[i] && rx_avail(l->slot[i], &head) != 0)
+				dsock_hidden_set(l->slot[i]->sock, &l->slot[i]->unbacked, 1);
+		}
+		return;
+	}
+	if (!l->took) {
+		l->took = 1;
+		DSOCK_DBG("link %u: announcements taken", l->id); /* (tests look for it) */
+	}
+	while (l->head != t) {
+		int k = 0;
+		for (; l->head != t && k < TAKE_BATCH; l->head++) {
+			uint32_t n = __atomic_load_n(&l->in[l->head % DSOCK_LINK_SLOTS], __ATOMIC_RELAXED);
+			struct shm_conn *c = n < l->nslot ? l->slot[n] : NULL;
+			if (c) {
+				__atomic_store_n(&c->rx->queued, 0, __ATOMIC_RELAXED);
+				got[k++] = c;
+			}
+		}
+		__atomic_store_n(&l->inq->head, l->head, __ATOMIC_RELEASE);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the flags before the rings */
+		for (int i = 0; i < k; i++) {
+			uint64_t head;
+			if (rx_avail(got[i], &head) != 0)
+				dsock_hidden_set(got[i]->sock, &got[i]->unbacked, 1);
+		}
+	}
+}
+
+/* Ends every lease of ours (links_mu held); then, after a full fence, the
+ * queues may be taken. */
+static void end_leases_locked(void)
+{
+	for (struct shm_link *l = links; l; l = l->next)
+		if (l->lease) {
+			__atomic_store_n(&l->inq->lease_until, 0, __ATOMIC_RELAXED);
+			__atomic_store_n(&l->lease, 0, __ATOMIC_RELAXED);
+		}
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+/* Ends every lease of ours and takes what every queue holds (links_mu
+ * held): a thread of ours is about to sleep. */
+static void end_and_take_locked(void)
+{
+	end_leases_locked();
+	for (struct shm_link *l = links; l; l = l->next) {
+		pthread_mutex_lock(&l->rx_mu);
+		if (!l->broken)
+			take_locked(l);
+		pthread_mutex_unlock(&l->rx_mu);
+	}
+}
+
+void shm_link_end_leases(void)
+{
+	if (!atomic_load_explicit(&nlinks, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&links_mu);
+	end_and_take_locked();
+	pthread_mutex_unlock(&links_mu);
+}
+
+void shm_link_collect(int64_t now)
+{
+	int leased = 0, settle = 0;
+
+	if (!atomic_load_explicit(&nlinks, memory_order_relaxed))
+		return;
+	if (pthread_mutex_trylock(&links_mu))
+		return; /* another poller of ours is at it */
+	int64_t lease = shm_lease_ns;
+	if (now && lease > SHORT_LEASE_NS && dsock_spin_seen_contention(now))
+		lease = SHORT_LEASE_NS;
+	for (struct shm_link *l = links; l; l = l->next) {
+		if (l->broken)
+			continue;
+		/* rewritten only when less than half of it is left: the
+		 * producer reads the line on every send */
+		if (now && !l->gone && l->lease < now + lease / 2) {
+			/* a new lease: receives that lingered meanwhile (before
+			 * any poller of ours leased the link) stop, or every
+			 * look walks them (hidden readable) long after their
+			 * leases ran out; with the link leased they linger no
+			 * more */
+			if (l->lease <= now)
+				settle = 1;
+			__atomic_store_n(&l->lease, now + lease, __ATOMIC_RELAXED);
+			__atomic_store_n(&l->inq->lease_until, (uint64_t)l->lease, __ATOMIC_SEQ_CST);
+		}
+		leased |= l->lease != 0;
+		if (pthread_mutex_trylock(&l->rx_mu) == 0) {
+			take_locked(l);
+			pthread_mutex_unlock(&l->rx_mu);
+		}
+	}
+	/* a sleeper counted itself before we published: it may have ended
+	 * the leases already, so ours must not stand */
+	if (now && leased) {
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (atomic_load(&dsock_sleepers) > 0)
+			end_and_take_locked();
+	}
+	pthread_mutex_unlock(&links_mu);
+	if (settle)
+		shm_settle_lingering();
+}
+
+int shm_link_polled(const struct shm_conn *c, int64_t now)
+{
+	struct shm_link *l = __atomic_load_n(&c->link, __ATOMIC_ACQUIRE);
+
+	return l && __atomic_load_n(&l->lease, __ATOMIC_RELAXED) > now;
+}
+
+/* ---- fork and exec ---------------------------------------------------------- */
+static void unjoin_locked(void)
+{
+	for (struct shm_link *l = links, *next; l; l = next) {
+		int left = l->users;
+		next = l->next;
+		/* (the last leave may free l: users 0 and gone) */
+		for (size_t i = 1; left > 0 && i < l->nslot; i++)
+			if (l->slot[i]) {
+				left--;
+				leave_locked(l->slot[i]);
+			}
+	}
+}
+
+void shm_link_unjoin_all(void)
+{
+	if (!atomic_load_explicit(&nlinks, memory_order_relaxed))
+		return;
+	/* what the queues hold is taken (and marked) first: a producer that
+	 * saw a lease announced instead of waking */
+	shm_link_end_leases();
+	pthread_mutex_lock(&links_mu);
+	unjoin_locked();
+	pthread_mutex_unlock(&links_mu);
+}
+
+void shm_link_fork_prepare(void)
+{
+	/* held across the fork: no connection joins a link in between (an
+	 * attach racing with the fork waits, then sees the new fork_gen) */
+	shm_link_end_leases();
+	pthread_mutex_lock(&links_mu);
+	unjoin_locked();
+}
+
+void shm_link_fork_parent(void)
+{
+	pthread_mutex_unlock(&links_mu);
+}
+
+void shm_link_fork_child(void)
+{
+	/* the parent's links are the parent's: none of them is ours (their
+	 * mutexes may be held by threads that are not here) */
+	pthread_mutex_init(&links_mu, NULL);
+	for (int k = 0; k < 2; k++)
+		for (struct shm_link *l = k ? spare : links, *next; l; l = next) {
+			next = l->next;
+			munmap(l->h, DSOCK_LINK_BYTES);
+			free(l->slot);
+			free(l->freed);
+			free(l);
+		}
+	links = spare = NULL;
+	atomic_store(&nlinks, 0);
+}
