@@ -10,9 +10,22 @@
  *                            closes at EOF: prints "requests_per_sec"
  *   conns scale N SECS       N connections between two processes (a parent
  *                            that accepts and echoes with epoll, a child that
- *                            connects); the child then sends 14 B round trips
- *                            round-robin over all N for SECS seconds.
- *                            Prints "round_trips_per_sec rss_kib_both shm_kib_both"
+ *                            connects); the child makes WARM round trips on
+ *                            each (the set-up: connecting, and under dsock
+ *                            the move of each connection, which happens at
+ *                            its first data calls), then sends 14 B round
+ *                            trips round-robin over all N for SECS seconds.
+ *                            Prints "round_trips_per_sec rss_kib_both
+ *                            shm_kib_both setup_s"
+ *   conns one N SECS         N connections within one process, every
+ *                            accepted end in one epoll set; then, for SECS
+ *                            seconds, a byte sent on a random connection,
+ *                            epoll_wait (one ready member among N) and the
+ *                            byte read: prints "ns_per_event"
+ *
+ * Past 25,000 connections the connects go to 127.0.0.2, .3, ... (the
+ * listeners take any address): one destination has some 28,000 ephemeral
+ * ports.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -140,40 +153,128 @@ static void mem_of(pid_t pid, long *rss, long *shm)
 	fclose(f);
 }
 
+#define WARM 4 /* round trips per connection before the timed run */
+#define PER_DEST 25000 /* connections per destination address */
+
+/* A listener on any address and a free port (*sa: 127.0.0.1 and it). */
+static int any_listener(struct sockaddr_in *sa, int backlog)
+{
+	struct sockaddr_in any = { .sin_family = AF_INET };
+	socklen_t l = sizeof(any);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (fd < 0 || bind(fd, (struct sockaddr *)&any, sizeof(any)) < 0 || listen(fd, backlog) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&any, &l) < 0)
+		die("listen");
+	*sa = any;
+	sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	return fd;
+}
+
+/* Connection i's client end, connected (TCP_NODELAY). */
+static int connect_nr(const struct sockaddr_in *sa, int i)
+{
+	struct sockaddr_in to = *sa;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK + (uint32_t)(i / PER_DEST));
+	if (fd < 0 || connect(fd, (struct sockaddr *)&to, sizeof(to)) < 0)
+		die("connect");
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+static void raise_fd_limit(long n)
+{
+	struct rlimit rl = { (rlim_t)n, (rlim_t)n };
+
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0) /* best effort: as root it is raised */
+		perror("setrlimit");
+}
+
+static int one_ready(int n, double secs)
+{
+	struct sockaddr_in sa;
+	int l, ep, *cfd, *sfd;
+	long events = 0;
+	unsigned r = 12345;
+	double t0, t;
+	char b[4];
+
+	raise_fd_limit(2L * n + 256);
+	l = any_listener(&sa, 4096);
+	ep = epoll_create1(0);
+	cfd = calloc((size_t)n, sizeof(int));
+	sfd = calloc((size_t)n, sizeof(int));
+	if (!cfd || !sfd || ep < 0)
+		die("one");
+	for (int i = 0; i < n; i++) {
+		cfd[i] = connect_nr(&sa, i);
+		if ((sfd[i] = accept(l, NULL, NULL)) < 0)
+			die("accept");
+		struct epoll_event ev = { .events = EPOLLIN, .data.u32 = (uint32_t)i };
+		if (epoll_ctl(ep, EPOLL_CTL_ADD, sfd[i], &ev) < 0)
+			die("epoll_ctl");
+	}
+	/* each connection's first bytes both ways (under dsock they move to
+	 * the rings at their first data calls) */
+	for (int w = 0; w < WARM; w++)
+		for (int i = 0; i < n; i++)
+			if (send(cfd[i], "x", 1, 0) != 1 || recv(sfd[i], b, 1, 0) != 1 || send(sfd[i], "y", 1, 0) != 1 ||
+			    recv(cfd[i], b, 1, 0) != 1)
+				die("warm-up");
+	t0 = now_s();
+	do {
+		for (int k = 0; k < 64; k++, events++) {
+			struct epoll_event ev;
+			r = r * 1103515245u + 12345u;
+			int i = (int)((r >> 8) % (unsigned)n);
+			if (send(cfd[i], "x", 1, 0) != 1)
+				die("send");
+			int got = epoll_wait(ep, &ev, 1, 1000);
+			if (got != 1 || recv(sfd[ev.data.u32], b, 1, 0) != 1) {
+				fprintf(stderr, "epoll_wait: %d events\n", got);
+				_exit(1);
+			}
+		}
+	} while ((t = now_s()) - t0 < secs);
+	printf("%.0f\n", (t - t0) * 1e9 / (double)events);
+	return 0;
+}
+
 static int scale(int n, double secs)
 {
 	struct sockaddr_in sa;
-	/* the same limit natively and under dsock (which holds no fd per
-	 * connection in the application: the daemon keeps the memfds) */
-	struct rlimit rl = { (rlim_t)n + 256, (rlim_t)n + 256 };
 	int l, sync[2], ep;
 	pid_t child;
 	char b[64];
 
-	if (setrlimit(RLIMIT_NOFILE, &rl) < 0) /* best effort: as root it is raised */
-		perror("setrlimit");
-	l = loopback_listener(&sa, 4096);
+	/* the same limit natively and under dsock (which holds no fd per
+	 * connection in the application: the daemon keeps the memfds) */
+	raise_fd_limit((long)n + 256);
+	l = any_listener(&sa, 4096);
 	if (pipe(sync) < 0)
 		die("pipe");
 	child = fork();
 	if (child < 0)
 		die("fork");
 	if (child == 0) {
-		int *fds = calloc((size_t)n, sizeof(int)), one = 1;
+		int *fds = calloc((size_t)n, sizeof(int));
 		long rt = 0;
-		double t0, t;
+		double t0, t, setup = now_s();
 		close(l);
-		for (int i = 0; i < n; i++) {
-			if ((fds[i] = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
-			    connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)) < 0)
-				die("connect");
-			setsockopt(fds[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		}
-		/* one warm-up round trip on each, then the timed run */
 		for (int i = 0; i < n; i++)
-			if (send(fds[i], "ping-ping-ping", 14, 0) != 14 || recv(fds[i], b, 14, MSG_WAITALL) != 14)
-				die("warm-up");
+			fds[i] = connect_nr(&sa, i);
+		/* WARM round trips on each (a connection moves to the rings
+		 * at its first data calls), then the timed run */
+		for (int w = 0; w < WARM; w++)
+			for (int i = 0; i < n; i++)
+				if (send(fds[i], "ping-ping-ping", 14, 0) != 14 ||
+				    recv(fds[i], b, 14, MSG_WAITALL) != 14)
+					die("warm-up");
 		t0 = now_s();
+		setup = t0 - setup;
 		do {
 			for (int i = 0; i < n && (i & 63 || now_s() - t0 < secs); i++, rt++)
 				if (send(fds[i], "ping-ping-ping", 14, 0) != 14 || recv(fds[i], b, 14, MSG_WAITALL) != 14)
@@ -181,7 +282,7 @@ static int scale(int n, double secs)
 		} while ((t = now_s()) - t0 < secs);
 		long rss, shm;
 		mem_of(getpid(), &rss, &shm);
-		dprintf(sync[1], "%.0f %ld %ld\n", rt / (t - t0), rss, shm);
+		dprintf(sync[1], "%.0f %ld %ld %.3f\n", rt / (t - t0), rss, shm, setup);
 		pause(); /* the parent measures itself, then kills us */
 		_exit(0);
 	}
@@ -208,15 +309,15 @@ static int scale(int n, double secs)
 			if (fd == sync[0]) {
 				char out[128] = "";
 				long rss, shm, crss, cshm;
-				double r;
+				double r, setup;
 				ssize_t m = read(sync[0], out, sizeof(out) - 1);
 				out[m > 0 ? m : 0] = 0;
-				if (sscanf(out, "%lf %ld %ld", &r, &crss, &cshm) != 3) {
+				if (sscanf(out, "%lf %ld %ld %lf", &r, &crss, &cshm, &setup) != 4) {
 					fprintf(stderr, "child failed\n");
 					return 1;
 				}
 				mem_of(getpid(), &rss, &shm);
-				printf("%.0f %ld %ld\n", r, rss + crss, shm + cshm);
+				printf("%.0f %ld %ld %.3f\n", r, rss + crss, shm + cshm, setup);
 				kill(child, SIGKILL);
 				waitpid(child, NULL, 0);
 				return 0;
@@ -239,6 +340,8 @@ int main(int argc, char **argv)
 		return req(atof(argv[2]));
 	if (argc == 4 && !strcmp(argv[1], "scale"))
 		return scale(atoi(argv[2]), atof(argv[3]));
-	fprintf(stderr, "usage: conns rate SECS | conns req SECS | conns scale N SECS\n");
+	if (argc == 4 && !strcmp(argv[1], "one"))
+		return one_ready(atoi(argv[2]), atof(argv[3]));
+	fprintf(stderr, "usage: conns rate SECS | conns req SECS | conns scale N SECS | conns one N SECS\n");
 	return 2;
 }

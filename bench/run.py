@@ -57,7 +57,10 @@ S = args.secs or (5 if FULL else 2)
 REPS = args.reps or (3 if FULL else 1)
 SIZES = [14, 64, 256, 1024, 4096, 16384, 65000] if FULL else [14, 1024, 16384]  # sockperf: at most 65507 B
 UDP_SIZES = [14, 1024, 8192] if FULL else [14]
-CONNS = [1, 10, 100, 1000, 5000, 10000] if FULL else [1, 100, 1000]
+CONNS = [1, 10, 100, 1000, 5000, 10000] if FULL else [1, 100, 1000, 10000]
+# one process holds both ends of each (2 fds per connection: 9,000 keeps
+# under a hard fd limit of 20,000, as on the project's VMs)
+ONE = [1, 10, 100, 1000, 9000] if FULL else [1, 1000, 9000]
 PAIRS = [1, 2, 3, 4] if FULL else [1, 4]
 BUILD = os.path.abspath(args.build)
 DSOCK = os.path.join(BUILD, "bin", "dsock")
@@ -218,7 +221,10 @@ def redis_server(mode, p, pin=None):
 def redis(mode, test="get", clients=1):
     p = port()
     srv = redis_server(mode, p)
-    out = run(["redis-benchmark", "-p", str(p), "-t", test, "-c", str(clients), "-n", str(25000 * S), "-q"], mode).stdout
+    # (at least 250 requests per client: with 1,000 clients the connects
+    # are not all the run measures)
+    n = max(25000 * S, 250 * clients)
+    out = run(["redis-benchmark", "-p", str(p), "-t", test, "-c", str(clients), "-n", str(n), "-q"], mode).stdout
     stop(srv)
     m = re.search(r"%s: ([\d.]+) requests per second, p50=([\d.]+) msec" % test.upper(), out.replace("\r", "\n"))
     return float(m.group(2)) * 1000, float(m.group(1))
@@ -368,7 +374,11 @@ def conn_req(mode):
 def conn_scale(mode, n):
     out = run([tool("conns"), "scale", str(n), str(S)], mode).stdout.split()
     mib = lambda k: round(int(k) / 1024, 1) if int(k) >= 0 else None  # negative: could not be read
-    return float(out[0]), mib(out[1]), mib(out[2])
+    return float(out[0]), mib(out[1]), mib(out[2]), float(out[3])
+
+
+def conn_one(mode, n):
+    return float(run([tool("conns"), "one", str(n), str(S)], mode).stdout.split()[0])
 
 
 def raw(kind, size):
@@ -430,13 +440,17 @@ measure("one 100 B request per connection (bench/conns.c req)", conn_req, metric
 for n in CONNS:
     measure(f"{n} connections, 14 B round trips round-robin (bench/conns.c scale)", conn_scale, n,
             metrics=[("", "round trips/s", "higher", 0), (", RSS both processes", "MiB", "lower", 1),
-                     (", shared memory both", "MiB", "lower", 2)])
+                     (", shared memory both", "MiB", "lower", 2),
+                     (", set-up (connect, 4 round trips each)", "s", "lower", 3)])
+for n in ONE:
+    measure(f"epoll_wait with one ready among {n} connections (bench/conns.c one)", conn_one, n,
+            metrics=[(", send + wait + receive", "ns", "lower", 0)])
 for n in PAIRS:
     measure(f"{n} ping-pong pair{'s' if n > 1 else ''} on 2 cores", pairs, n,
             metrics=[(", total", "round trips/s", "higher", 0), (", worst p99 one-way", "us", "lower", 1)])
 RD = [(", p50", "us", "lower", 0), ("", "req/s", "higher", 1)]
 for test in ("get", "set"):
-    for clients in (1, 50):
+    for clients in ((1, 50, 100, 1000) if FULL else (1, 50, 1000)):
         measure(f"redis-benchmark {test.upper()}, {clients} client{'s' if clients > 1 else ''}", redis, test, clients,
                 metrics=RD)
 for path, label in (("s.txt", "100 B"), ("big.bin", "1 MiB")):
