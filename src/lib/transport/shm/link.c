@@ -6,7 +6,8 @@
  *
  * The promise behind a link lease is the one behind a lingering lease: a
  * poller of this process looks at the queue before any thread of it
- * sleeps.  So a lease is published only by a spinning epoll_wait, kept
+ * sleeps.  So a lease is published only by an epoll_wait of ours that
+ * looks without sleeping (the transport's collect op with a time), kept
  * only while dsock_sleepers is 0 (checked after publishing it: Dekker with
  * the sleeper's count-then-end), and every sleeper ends them all and
  * takes what the queues hold first (shm_link_end_leases).  The producer
