@@ -4,7 +4,7 @@
  * keeps the memfd while the pair lives, for an exec that hands a
  * connection to a new program (the ends close theirs once mapped:
  * FETCH in proto.h). */
-#include "daemon/provision.h"
+#include "daemon/prov_shm.h"
 #include "common/log.h"
 #include "common/shm_layout.h"
 
@@ -54,9 +54,6 @@ static int shm_init(void)
 	return 0;
 }
 
-/* A memfd of len bytes whose first page init(page, arg) writes, its size
- * sealed so neither end can shrink it under the other (which would be
- * SIGBUS on access): the fd, or -errno. */
 int dd_sealed_memfd(const char *name, size_t len, void (*init)(void *page, void *arg), void *arg)
 {
 	void *h;

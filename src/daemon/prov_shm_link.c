@@ -5,7 +5,7 @@
  * other is told; it unmaps the link once its connections let go).
  * Hashed by the two processes, so a pairing finds its link in the same
  * time with one peer process or thousands. */
-#include "daemon/provision.h"
+#include "daemon/prov_shm.h"
 #include "daemon/pairing.h"
 #include "daemon/hmap.h"
 #include "common/log.h"

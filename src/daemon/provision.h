@@ -70,11 +70,6 @@ void dd_provision_stat(char *buf, size_t n);
 /* Every provisioner's forget. */
 void dd_provision_forget(const struct dd_proc *p);
 
-/* ---- the shm transport (prov_shm.c, prov_shm_link.c) ---- */
-int dd_sealed_memfd(const char *name, size_t len, void (*init)(void *page, void *arg), void *arg);
-void dd_shm_link_intro(const struct dd_reply_to *to[2], struct dsock_msg_result r[2]);
-void dd_shm_link_forget(const struct dd_proc *p);
-unsigned long dd_shm_links(void);
 
 /* ---- live pairs (pairs.c) ---- */
 /* Adds x (filled, its resources made): 0 or -ENOMEM. */

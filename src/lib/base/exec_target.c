@@ -174,3 +174,14 @@ int dsock_exec_runs_dsock(const struct dsock_exec_target *t)
 	}
 	return file_runs_dsock(t->dirfd, path, 0);
 }
+
+int dsock_exec_passes(int fd, const struct dsock_exec_target *t, int *runs)
+{
+	int fl = dsock_real.fcntl(fd, F_GETFD);
+
+	if (fl < 0 || (fl & FD_CLOEXEC))
+		return -1;
+	if (*runs < 0)
+		*runs = dsock_exec_runs_dsock(t);
+	return *runs;
+}

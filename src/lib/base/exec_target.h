@@ -15,5 +15,9 @@ struct dsock_exec_target {
 /* 1 if the new program will load libdsock.so with the fast path enabled
  * and so take the connections over (the transports' exec entries); 0 if not, or unsure. */
 int dsock_exec_runs_dsock(const struct dsock_exec_target *t);
+/* For a transport handing fd's connection to the program t: -1 if fd does
+ * not reach it (close-on-exec, or not open), else whether it runs dsock
+ * (*runs caches the answer for one exec: -1 until asked). */
+int dsock_exec_passes(int fd, const struct dsock_exec_target *t, int *runs);
 
 #endif

@@ -43,7 +43,6 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 {
 	struct exec_walk *w = arg;
 	struct shm_conn *c;
-	int fl;
 
 	if (__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) != &dsock_shm_transport || !(c = shm_conn(s)))
 		return;
@@ -60,11 +59,8 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 		}
 		return;
 	}
-	fl = dsock_real.fcntl(fd, F_GETFD);
-	if (fl < 0 || (fl & FD_CLOEXEC))
+	if (dsock_exec_passes(fd, w->target, &w->runs_dsock) < 0)
 		return;
-	if (w->runs_dsock < 0)
-		w->runs_dsock = dsock_exec_runs_dsock(w->target);
 	/* the new program maps the memory from an fd that survives the exec:
 	 * the daemon keeps one (we closed ours once mapped) */
 	int mine = c->exec_memfd >= 0 && c->exec_memfd_pid == (int)syscall(SYS_getpid); /* a dup's */

@@ -99,6 +99,18 @@ static void retire_locked(struct shm_link *l)
 	spare = l;
 }
 
+/* l's other process is gone (links_mu held): l is retired once no
+ * connection of ours uses it. */
+static void gone_locked(struct shm_link *l)
+{
+	pthread_mutex_lock(&l->rx_mu);
+	int idle = l->users == 0;
+	l->gone = 1;
+	pthread_mutex_unlock(&l->rx_mu);
+	if (idle)
+		retire_locked(l);
+}
+
 /* A link for memory h: a spare one (h moved over its memory) or a new one. */
 static struct shm_link *link_for(struct dsock_link_hdr **h)
 {
@@ -154,30 +166,16 @@ void shm_link_result(const struct dsock_msg_result *r, int fd)
 	unsigned gen = dsock_ctl_gen();
 
 	pthread_mutex_lock(&links_mu);
-	/* links from an earlier daemon: no "gone" comes for them any more;
-	 * retired once their connections let go */
+	/* links from an earlier daemon: no "gone" comes for them any more */
 	for (struct shm_link *o = links, *next; o; o = next) {
 		next = o->next;
-		if (o->gen != gen && !o->gone) {
-			pthread_mutex_lock(&o->rx_mu);
-			int idle = o->users == 0;
-			o->gone = 1;
-			pthread_mutex_unlock(&o->rx_mu);
-			if (idle)
-				retire_locked(o);
-		}
+		if (o->gen != gen && !o->gone)
+			gone_locked(o);
 	}
 	l = find_locked(r->link, side, gen);
-	if (fd < 0) {
-		/* the other process left: unmapped once no connection uses it */
-		if (l) {
-			pthread_mutex_lock(&l->rx_mu);
-			int idle = l->users == 0;
-			l->gone = 1;
-			pthread_mutex_unlock(&l->rx_mu);
-			if (idle)
-				retire_locked(l);
-		}
+	if (fd < 0) { /* the other process left */
+		if (l)
+			gone_locked(l);
 		pthread_mutex_unlock(&links_mu);
 		return;
 	}

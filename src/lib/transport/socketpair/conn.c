@@ -392,7 +392,7 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 {
 	struct exec_walk *w = arg;
 	struct sp_conn *c;
-	int fl, len;
+	int runs, len;
 
 	if (__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) != &dsock_socketpair_transport || !(c = sp_conn(s)))
 		return;
@@ -406,12 +406,9 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 		atomic_store(&c->sh->refuse, DSOCK_R_FORKED); /* the new program will not hear the answer */
 		return;
 	}
-	fl = dsock_real.fcntl(fd, F_GETFD);
-	if (fl < 0 || (fl & FD_CLOEXEC))
+	if ((runs = dsock_exec_passes(fd, w->target, &w->runs_dsock)) < 0)
 		return;
-	if (w->runs_dsock < 0)
-		w->runs_dsock = dsock_exec_runs_dsock(w->target);
-	len = w->runs_dsock ? snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%d", w->used ? "," : "", fd,
+	len = runs ? snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%d", w->used ? "," : "", fd,
 				       c->pairfd, c->memfd)
 			    : -1;
 	if (len < 0 || (size_t)len >= w->n - w->used) {
