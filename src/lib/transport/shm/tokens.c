@@ -142,7 +142,7 @@ static int32_t asleep_threshold(const struct shm_conn *c)
 
 	if (t < (int64_t)shm_asleep_reads)
 		t = shm_asleep_reads;
-	return t > (1 << 29) ? 1 << 29 : (int32_t)t;
+	return t > (1 << 30) ? 1 << 30 : (int32_t)t;
 }
 
 void shm_asleep_count(struct shm_conn *c, int on)
@@ -156,7 +156,7 @@ void shm_asleep_count(struct shm_conn *c, int on)
 int32_t shm_asleep_flush(struct shm_conn *c)
 {
 	_Atomic int32_t *w = &shm_asleep_score[c->service % SHM_ASLEEP_SLOTS];
-	int32_t top = asleep_threshold(c) * 2;
+	int32_t th = asleep_threshold(c), top = th > (1 << 29) ? 1 << 30 : th * 2;
 
 	if (!c->asleep_delta)
 		return atomic_load_explicit(w, memory_order_relaxed);
