@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/select.h>
@@ -239,4 +240,42 @@ STREAM_SCEN(epollout_level_full_peer_with_unread)
 	out("drained all: %s", drain(s, filled) == filled ? "yes" : "no");
 	n = epoll_wait(ep, &ev, 1, 4000);
 	out("peer drained: epoll_wait = %d %s", n, n == 1 ? epollname(ev.events) : "");
+}
+
+/* A full peer that closes with the writer's bytes unread (a reset): the
+ * writer waiting for room is woken and writable for every poller (its
+ * send fails at once), level- or edge-triggered; the reset's error is
+ * reported once, by the send or by SO_ERROR. */
+static void full_peer_closes(const struct fam *f, unsigned et)
+{
+	struct epoll_event ev = { .events = EPOLLOUT | et, .data.u64 = 0xf5 };
+	int c, s, ep = epoll_create1(0), n;
+
+	fam_pair(f, &c, &s);
+	epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
+	out("filled: %s", fill_full(c) > 0 ? "yes" : "no");
+	n = epoll_wait(ep, &ev, 1, 100);
+	out("peer full: epoll_wait = %d %s", n, n == 1 ? epollname(ev.events) : "");
+	close(s);
+	show_writable("peer closed", c, ep, 4000);
+	if (et) { /* the error once, by SO_ERROR instead of the send */
+		int e = -1;
+		socklen_t l = sizeof(e);
+		R("getsockopt SO_ERROR", getsockopt(c, SOL_SOCKET, SO_ERROR, &e, &l));
+		out("SO_ERROR: %s", e ? strerror(e) : "0");
+	}
+	R("send", send(c, "x", 1, MSG_DONTWAIT | MSG_NOSIGNAL));
+	R("send again", send(c, "x", 1, MSG_DONTWAIT | MSG_NOSIGNAL));
+	close(ep);
+	close(c);
+}
+
+STREAM_SCEN(epollout_level_full_peer_closes)
+{
+	full_peer_closes(f, 0);
+}
+
+STREAM_SCEN(epollout_edge_full_peer_closes)
+{
+	full_peer_closes(f, EPOLLET);
 }

@@ -435,21 +435,22 @@ void dsock_epset_unpark(int epfd, uint64_t data)
 	pthread_mutex_unlock(&mu);
 }
 
-/* 1 if the socket at fd (still sock) would take a send, or the kernel now
- * carries it; 0 with a space token asked for.  No lock of ours held: the
- * reference may be the last, whose release takes them. */
-static int has_room(int fd, const struct dsock_sock *sock)
+/* The socket at fd (still sock) would take a send, or the kernel now
+ * carries it: EPOLLOUT, with EPOLLERR and EPOLLHUP as its transport says
+ * (dsock_tp_writable); 0 with a space token asked for.  No lock of ours
+ * held: the reference may be the last, whose release takes them. */
+static unsigned has_room(int fd, const struct dsock_sock *sock)
 {
 	const struct dsock_transport *tp;
 	struct dsock_sock *s = dsock_sock_carried(fd, &tp);
-	int w = 1;
+	int w = EPOLLOUT;
 
 	if (!s)
-		return w;
-	if (s == sock)
-		w = dsock_tp_writable(s, tp) != 0;
+		return EPOLLOUT;
+	if (s == sock && (w = dsock_tp_writable(s, fd, tp)) < 0)
+		w = EPOLLOUT;
 	dsock_sock_put(s);
-	return w;
+	return (unsigned)w;
 }
 
 int dsock_epset_parked_ready(int epfd, struct epoll_event *out, int max)
@@ -467,12 +468,13 @@ int dsock_epset_parked_ready(int epfd, struct epoll_event *out, int max)
 	pthread_mutex_unlock(&mu);
 	for (int i = 0; i < nc && n < max; i++) {
 		struct member *m;
-		if (!has_room(cand[i].fd, cand[i].sock))
+		unsigned room = has_room(cand[i].fd, cand[i].sock);
+		if (!room)
 			continue;
 		pthread_mutex_lock(&mu);
 		if ((m = by_data(epfd, cand[i].data)) && m->parked && m->fd == cand[i].fd) {
 			unpark(m);
-			out[n].events = cand[i].events & (EPOLLOUT | EPOLLWRNORM);
+			out[n].events = (cand[i].events & (EPOLLOUT | EPOLLWRNORM)) | (room & (EPOLLERR | EPOLLHUP));
 			out[n++].data.u64 = cand[i].data;
 		}
 		pthread_mutex_unlock(&mu);

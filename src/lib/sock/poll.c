@@ -58,7 +58,7 @@ short dsock_ready_poll_fd(int fd, short events)
 }
 
 /* What a transport says about fd: 1 hidden readable, 2 not writable, 4 its
- * waits stand for it (add_waits, dsock_ready_poll_fd).  An
+ * waits stand for it (add_waits, dsock_ready_poll_fd), 8 an error kept.  An
  * epoll set is readable when a member's data is hidden (the kernel shows
  * the set's readiness from its members' kernel readiness only). */
 static int transport_view(int fd, short events)
@@ -77,8 +77,10 @@ static int transport_view(int fd, short events)
 	}
 	if ((events & (POLLIN | POLLRDNORM)) && tp->hidden_readable && tp->hidden_readable(s))
 		v |= 1;
-	if ((events & (POLLOUT | POLLWRNORM)) && dsock_tp_writable(s, tp) == 0)
+	if ((events & (POLLOUT | POLLWRNORM)) && dsock_tp_writable(s, fd, tp) == 0)
 		v |= 2;
+	if (tp->kept_error && tp->kept_error(s))
+		v |= 8;
 	dsock_sock_put(s);
 	return v;
 }
@@ -175,9 +177,11 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 				/* writable once there is space, or once the peer is
 				 * gone (the send then says how, as the kernel's would) */
 				if ((k[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) ||
-				    !transport_view(fds[i].fd, fds[i].events & (POLLOUT | POLLWRNORM)))
+				    !(transport_view(fds[i].fd, fds[i].events & (POLLOUT | POLLWRNORM)) & 2))
 					ev |= (short)(fds[i].events & (POLLOUT | POLLWRNORM));
 			}
+			if (view[i] & 8)
+				ev |= POLLERR;
 			if (view[i] & 1)
 				ev |= (short)(fds[i].events & (POLLIN | POLLRDNORM));
 			else if ((ev & (POLLIN | POLLRDNORM)) && !(ev & (POLLHUP | POLLERR)) &&

@@ -104,12 +104,13 @@ int dsock_ready_spurious_in(int fd)
 	return r;
 }
 
-int dsock_tp_writable(struct dsock_sock *s, const struct dsock_transport *tp)
+int dsock_tp_writable(struct dsock_sock *s, int fd, const struct dsock_transport *tp)
 {
 	if (!tp->writable)
 		return -1;
-	if (tp->writable(s))
-		return 1;
+	int w = tp->writable(s, fd);
+	if (w)
+		return w;
 	if (tp->want_space)
 		tp->want_space(s);
 	return 0;
@@ -124,7 +125,7 @@ static int writable_view(int fd)
 
 	if (!s)
 		return -1;
-	w = dsock_tp_writable(s, tp);
+	w = dsock_tp_writable(s, fd, tp);
 	dsock_sock_put(s);
 	return w;
 }
@@ -149,6 +150,8 @@ static unsigned writer_view(int epfd, uint64_t data, int fd, const struct dsock_
 			dsock_epset_unpark(epfd, data);
 		if (w > 0 || mb->parked)
 			events |= mb->events & (EPOLLOUT | EPOLLWRNORM);
+		if (w > 0)
+			events |= (unsigned)w & (EPOLLERR | EPOLLHUP);
 	} else {
 		events &= ~(unsigned)(EPOLLOUT | EPOLLWRNORM);
 	}

@@ -118,10 +118,11 @@ int dsock_ready_spurious_in(int fd);
  * the kernel carries it (poll.c). */
 short dsock_ready_poll_fd(int fd, short events);
 
-/* s, which tp carries: 1 if a send would not block, 0 if it would (a
- * wake-up for room is then asked for: want_space), -1 if tp does not say. */
+/* s, which tp carries: POLLOUT (with POLLERR, POLLHUP: the send fails at
+ * once) if a send would not block, 0 if it would (a wake-up for room is
+ * then asked for: want_space), -1 if tp does not say. */
 struct dsock_transport;
-int dsock_tp_writable(struct dsock_sock *s, const struct dsock_transport *tp);
+int dsock_tp_writable(struct dsock_sock *s, int fd, const struct dsock_transport *tp);
 
 /* Each returns a count or -errno, like the call it serves. */
 int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, const sigset_t *m, int is_ppoll,

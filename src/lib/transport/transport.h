@@ -54,6 +54,11 @@ struct dsock_transport {
 	/* 1 when data is readable that the kernel socket does not show (our
 	 * pollers then report it); 0 when the kernel's readiness is right. */
 	int (*hidden_readable)(struct dsock_sock *s);
+	/* 1 when a look of the transport's own at the kernel socket took an
+	 * error (the kernel reports it once) that it keeps for the
+	 * application's next call: our pollers add the POLLERR the kernel's
+	 * no longer shows.  May be NULL. */
+	int (*kept_error)(struct dsock_sock *s);
 	/* A count that grows with every arrival (for edge-triggered pollers:
 	 * hidden data is reported once per arrival). */
 	uint64_t (*rx_mark)(struct dsock_sock *s);
@@ -64,9 +69,11 @@ struct dsock_transport {
 	void (*closing)(struct dsock_sock *s, int fd);
 	/* Any fd of the socket is about to close (calls may be in flight). */
 	void (*before_close)(struct dsock_sock *s, int fd);
-	/* 1 if a send would not block; want_space asks for a wake-up (a
-	 * readable kernel socket) when space frees. */
-	int (*writable)(struct dsock_sock *s);
+	/* 0 if a send would block, else POLLOUT, with POLLERR and POLLHUP
+	 * where the kernel says a send fails at once (a reset connection);
+	 * want_space asks for a wake-up (a readable kernel socket) when space
+	 * frees. */
+	int (*writable)(struct dsock_sock *s, int fd);
 	/* Options the transport answers; -ENOPROTOOPT: the kernel's answer. */
 	int (*sockopt)(struct dsock_sock *s, int fd, int set, int level, int opt, void *val, socklen_t *len);
 	void (*want_space)(struct dsock_sock *s);

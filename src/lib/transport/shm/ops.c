@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <linux/sockios.h>
 #include <linux/tcp.h>
 #include <sys/ioctl.h>
@@ -29,6 +30,13 @@ int shm_hidden_readable(struct dsock_sock *s)
 	/* a ring that broke its rules counts as readable: the read resets it */
 	return c && c->state == SC_ATTACHED && __atomic_load_n(&c->unbacked, __ATOMIC_RELAXED) &&
 	       shm_readable(s, -1) != 0;
+}
+
+static int shm_kept_error(struct dsock_sock *s)
+{
+	struct shm_conn *c = shm_conn(s);
+
+	return c && __atomic_load_n(&c->pend_err, __ATOMIC_RELAXED) != 0;
 }
 
 long shm_readable(struct dsock_sock *s, int fd)
@@ -104,7 +112,7 @@ void shm_closing(struct dsock_sock *s, int fd)
 		shm_drain_tokens(c, fd, 1);
 }
 
-int shm_writable(struct dsock_sock *s)
+int shm_writable(struct dsock_sock *s, int fd)
 {
 	struct shm_conn *c = shm_conn(s);
 	uint64_t tail;
@@ -113,8 +121,22 @@ int shm_writable(struct dsock_sock *s)
 	 * send moves ours back too (back.c, tx_back) instead of waiting */
 	if (!c || !shm_active(c) || __atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE) ||
 	    __atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE))
-		return 1;
-	return tx_space(c, &tail) != 0;
+		return POLLOUT;
+	if (tx_space(c, &tail) != 0)
+		return POLLOUT;
+	/* a full ring whose sends the kernel answers at once, as its poll
+	 * says writable: after our own SHUT_WR (EPIPE), and once the
+	 * consumer is gone and the kernel socket reset or shut both ways (a
+	 * peer that closed with our bytes unread reset it; one that closed
+	 * or died with none did so at a probe): no space token ever comes
+	 * then, and a writer waiting for room would wait for ever.  An error
+	 * that a drain of ours took from the kernel is the kernel's POLLERR. */
+	if (__atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE))
+		return POLLOUT;
+	short gone = fd >= 0 ? shm_consumer_gone(c, fd, 0) : 0;
+	if (__atomic_load_n(&c->pend_err, __ATOMIC_RELAXED))
+		gone |= POLLERR;
+	return gone ? POLLOUT | gone : 0;
 }
 
 void shm_want_space(struct dsock_sock *s)
@@ -144,6 +166,14 @@ int shm_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void 
 			return -errno;
 		if (*len >= (socklen_t)sizeof(int) && *(int *)val > 1)
 			shm_go_back(s, fd, DSOCK_BACK_RCVLOWAT);
+		return 0;
+	}
+	if (c && !set && level == SOL_SOCKET && opt == SO_ERROR && *len >= (socklen_t)sizeof(int) &&
+	    __atomic_load_n(&c->pend_err, __ATOMIC_RELAXED)) {
+		/* an error a look of ours took from the kernel: the kernel's
+		 * SO_ERROR would report it (and clear it) */
+		*(int *)val = -shm_take_err(c);
+		*len = sizeof(int);
 		return 0;
 	}
 	if (!c || !c->nodelay_saved || level != IPPROTO_TCP || opt != TCP_NODELAY)
@@ -259,6 +289,7 @@ const struct dsock_transport dsock_shm_transport = {
 	.disconnect = shm_disconnect,
 	.ioctl = shm_ioctl,
 	.hidden_readable = shm_hidden_readable,
+	.kept_error = shm_kept_error,
 	.rx_mark = shm_rx_mark,
 	.spurious_in = shm_spurious_in,
 	.closing = shm_closing,

@@ -39,31 +39,6 @@ int shm_nonblocking(struct dsock_sock *s, int fd, int flags)
 	return (dsock_real.fcntl(fd, F_GETFL) & O_NONBLOCK) != 0;
 }
 
-/* A writer waiting for ring space asks the kernel socket whether the
- * consumer is gone: it may never say so in the ring (a holder that ended
- * with _exit or a signal: docs/ARCHITECTURE.md, known limits).  1 after an
- * error or hang-up.  After the consumer's FIN a token probes, under the tx
- * lock (a downgrade counts our kernel bytes there; `locked`: the caller
- * holds it): a living half-closed peer just drains it, a dead one answers
- * with the RST that the next look sees.  0 otherwise. */
-static int consumer_gone(struct shm_conn *c, int fd, int locked)
-{
-	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
-
-	if (dsock_real.poll(&p, 1, 0) <= 0)
-		return 0;
-	if (p.revents & (POLLERR | POLLHUP))
-		return 1;
-	if ((p.revents & POLLRDHUP) && (locked || shm_tx_trylock(c))) {
-		char t = 0;
-		if (!__atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE))
-			dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (!locked)
-			shm_tx_unlock(c);
-	}
-	return 0;
-}
-
 /* Blocks until the tx ring has space or the connection ends.  Returns 0 to
  * retry, or -errno. */
 static int wait_space(struct shm_conn *c, int fd)
@@ -82,7 +57,7 @@ static int wait_space(struct shm_conn *c, int fd)
 		return -EINTR;
 	/* the consumer may be gone (a peer killed with an empty receive queue
 	 * sent a FIN, not an RST, and only the probe draws the RST) */
-	return consumer_gone(c, fd, 0) ? -EPIPE : 0;
+	return shm_consumer_gone(c, fd, 0) ? -EPIPE : 0;
 }
 
 /* The kernel's verdict for a send on a connection whose peer is closing:
@@ -228,6 +203,10 @@ again:
 	}
 	if (err)
 		goto out;
+	/* an error a look of ours took from the kernel comes first, as the
+	 * kernel's send reports its own */
+	if ((err = shm_take_err(c)))
+		goto out;
 	if (__atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE) && (err = peer_closed_probe(fd, flags)))
 		goto out;
 	/* after our own SHUT_WR, or once the peer closed: the kernel decides
@@ -270,8 +249,8 @@ again:
 				 * Without this a writer whose peer ended with _exit
 				 * would wait forever) */
 				if (!done)
-					err = consumer_gone(c, fd, 1) ? peer_closed_probe(fd, flags) ?: -EPIPE
-								      : -EAGAIN;
+					err = shm_consumer_gone(c, fd, 1) ? peer_closed_probe(fd, flags) ?: -EPIPE
+									  : -EAGAIN;
 				break;
 			}
 			/* blocking: wait for space until all of it is in, as the

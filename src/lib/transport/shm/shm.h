@@ -255,8 +255,10 @@ void shm_wait_offer_done(struct dsock_sock *s);
 /* The application closes fd: calls in flight keep the socket (as they
  * would in the kernel) through a private dup. */
 void shm_before_close(struct dsock_sock *s, int fd);
-/* 1 if the tx ring has space (or the kernel carries the data). */
-int shm_writable(struct dsock_sock *s);
+/* POLLOUT if the tx ring has space, the kernel carries the data, or a
+ * send fails at once (our SHUT_WR; with POLLERR and POLLHUP as the kernel
+ * says, a consumer gone); 0 if a send would block. */
+int shm_writable(struct dsock_sock *s, int fd);
 /* A poller waits for space: ask the consumer for a token when it frees some. */
 void shm_want_space(struct dsock_sock *s);
 int shm_spurious_in(struct dsock_sock *s, int fd);
@@ -420,6 +422,10 @@ int shm_rx_leave(struct shm_conn *c, int fd);
 void shm_note_read(struct shm_conn *c, size_t n);
 /* After a ring read freed space: wakes a producer waiting for it. */
 void shm_space_freed(struct shm_conn *c, int fd);
+/* A producer whose ring is full: the kernel's POLLERR|POLLHUP if the
+ * consumer is gone, else 0 (a token probes a consumer whose FIN came;
+ * locked: the caller holds the tx lock). */
+short shm_consumer_gone(struct shm_conn *c, int fd, int locked);
 /* A token flag is set (a token may be in our kernel socket). */
 int shm_tokens_flagged(struct shm_conn *c);
 /* Clears both token flags, then drains as shm_drain_tokens. */

@@ -304,6 +304,31 @@ void shm_space_freed(struct shm_conn *c, int fd)
 	}
 }
 
+/* A writer waiting for ring space asks the kernel socket whether the
+ * consumer is gone: it may never say so in the ring (a holder that ended
+ * with _exit or a signal: docs/ARCHITECTURE.md, known limits).  The
+ * kernel's POLLERR and POLLHUP after an error or hang-up.  After the consumer's FIN a token probes, under the tx
+ * lock (a downgrade counts our kernel bytes there; `locked`: the caller
+ * holds it): a living half-closed peer just drains it, a dead one answers
+ * with the RST that the next look sees.  0 otherwise. */
+short shm_consumer_gone(struct shm_conn *c, int fd, int locked)
+{
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+
+	if (dsock_real.poll(&p, 1, 0) <= 0)
+		return 0;
+	if (p.revents & (POLLERR | POLLHUP))
+		return (short)(p.revents & (POLLERR | POLLHUP));
+	if ((p.revents & POLLRDHUP) && (locked || shm_tx_trylock(c))) {
+		char t = 0;
+		if (!__atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE))
+			dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (!locked)
+			shm_tx_unlock(c);
+	}
+	return 0;
+}
+
 /* Reads and discards tokens (rx lock held), counting them in side.kread:
  * a move back (back.c) names the kernel byte where plain data resumes,
  * and no drain reads past it.  to_end: until the kernel says EAGAIN or
