@@ -3,7 +3,7 @@
  * the proof) or they expire.  A proven pair gets its transport's
  * resources (provision.h) and lives in pairs.c. */
 #include "daemon/pairing.h"
-#include "daemon/hmap.h"
+#include "common/hmap.h"
 #include "daemon/proof.h"
 #include "daemon/provision.h"
 #include "daemon/registry.h"
@@ -40,7 +40,7 @@ struct dd_offer {
 enum { WAIT_LIKELY, WAIT_UNLIKELY, NWAITS };
 static const int wait_ms[NWAITS] = { 4000, 300 };
 
-static struct dd_hmap by_key; /* key -> the newest offer with it */
+static struct dsock_hmap by_key; /* key -> the newest offer with it */
 static struct dd_offer *qhead[NWAITS], *qtail[NWAITS];
 static unsigned long n_paired, n_kernel, n_pending;
 
@@ -64,9 +64,9 @@ static int insert(struct dd_offer *o)
 {
 	uint64_t v = 0;
 
-	dd_hmap_get(&by_key, o->id.key, &v);
+	dsock_hmap_get(&by_key, o->id.key, &v);
 	o->hnext = (struct dd_offer *)(uintptr_t)v;
-	if (dd_hmap_put(&by_key, o->id.key, (uint64_t)(uintptr_t)o))
+	if (dsock_hmap_put(&by_key, o->id.key, (uint64_t)(uintptr_t)o))
 		return -ENOMEM;
 	o->qnext = NULL;
 	o->qprev = qtail[o->wait];
@@ -84,16 +84,16 @@ static void unlink_offer(struct dd_offer *o)
 	uint64_t v = 0;
 	struct dd_offer *head, **pp;
 
-	dd_hmap_get(&by_key, o->id.key, &v);
+	dsock_hmap_get(&by_key, o->id.key, &v);
 	head = (struct dd_offer *)(uintptr_t)v;
 	for (pp = &head; *pp && *pp != o; pp = &(*pp)->hnext)
 		;
 	if (*pp)
 		*pp = o->hnext;
 	if (head)
-		dd_hmap_put(&by_key, o->id.key, (uint64_t)(uintptr_t)head); /* an update: no allocation */
+		dsock_hmap_put(&by_key, o->id.key, (uint64_t)(uintptr_t)head); /* an update: no allocation */
 	else
-		dd_hmap_del(&by_key, o->id.key);
+		dsock_hmap_del(&by_key, o->id.key);
 	if (o->qprev)
 		o->qprev->qnext = o->qnext;
 	else
@@ -110,7 +110,7 @@ static struct dd_offer *find_mate(const struct dd_offer *o)
 {
 	uint64_t v;
 
-	if (!dd_hmap_get(&by_key, o->id.mate_key, &v))
+	if (!dsock_hmap_get(&by_key, o->id.mate_key, &v))
 		return NULL;
 	for (struct dd_offer *x = (struct dd_offer *)(uintptr_t)v; x; x = x->hnext)
 		if (x->proof == o->proof && x->prov == o->prov && o->proof->proves(&x->id, &o->id))

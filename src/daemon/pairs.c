@@ -2,42 +2,42 @@
  * id), so a close, a fetch or a peer look-up costs the same with one pair
  * or 100,000. */
 #include "daemon/provision.h"
-#include "daemon/hmap.h"
+#include "common/hmap.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
 static struct dd_pair *pairs;
 static struct dd_pair *sweep_at; /* the pair dd_pair_sweep looks at next */
-static struct dd_hmap by_cookie, by_end;
+static struct dsock_hmap by_cookie, by_end;
 static unsigned long n_live;
 
 static uint64_t cookie_key(uint64_t cookie)
 {
-	return dd_hash(&cookie, sizeof(cookie), 0x50);
+	return dsock_hash(&cookie, sizeof(cookie), 0x50);
 }
 
 static uint64_t end_key(const struct dd_proc *p, uint64_t sid)
 {
 	uint64_t k[2] = { (uint64_t)(uintptr_t)p, sid };
 
-	return dd_hash(k, sizeof(k), 0x45);
+	return dsock_hash(k, sizeof(k), 0x45);
 }
 
 /* Removes key from m if it names x (a newer pair may have taken it). */
-static void del_if(struct dd_hmap *m, uint64_t key, const struct dd_pair *x)
+static void del_if(struct dsock_hmap *m, uint64_t key, const struct dd_pair *x)
 {
 	uint64_t v;
 
-	if (dd_hmap_get(m, key, &v) && v == (uint64_t)(uintptr_t)x)
-		dd_hmap_del(m, key);
+	if (dsock_hmap_get(m, key, &v) && v == (uint64_t)(uintptr_t)x)
+		dsock_hmap_del(m, key);
 }
 
 int dd_pair_add(struct dd_pair *x)
 {
 	for (int i = 0; i < 2; i++)
-		if (dd_hmap_put(&by_cookie, cookie_key(x->cookie[i]), (uint64_t)(uintptr_t)x) ||
-		    (x->proc[i] && dd_hmap_put(&by_end, end_key(x->proc[i], x->sid[i]), (uint64_t)(uintptr_t)x))) {
+		if (dsock_hmap_put(&by_cookie, cookie_key(x->cookie[i]), (uint64_t)(uintptr_t)x) ||
+		    (x->proc[i] && dsock_hmap_put(&by_end, end_key(x->proc[i], x->sid[i]), (uint64_t)(uintptr_t)x))) {
 			for (int j = 0; j <= i; j++) {
 				del_if(&by_cookie, cookie_key(x->cookie[j]), x);
 				if (x->proc[j])
@@ -79,7 +79,7 @@ struct dd_pair *dd_pair_by_cookie(uint64_t cookie, int *side)
 	uint64_t v;
 	struct dd_pair *x;
 
-	if (!cookie || !dd_hmap_get(&by_cookie, cookie_key(cookie), &v))
+	if (!cookie || !dsock_hmap_get(&by_cookie, cookie_key(cookie), &v))
 		return NULL;
 	x = (struct dd_pair *)(uintptr_t)v;
 	*side = x->cookie[0] == cookie ? 0 : 1;
@@ -99,7 +99,7 @@ void dd_pair_closed(const struct dd_proc *p, uint64_t sid)
 	uint64_t v;
 	struct dd_pair *x;
 
-	if (!dd_hmap_get(&by_end, end_key(p, sid), &v))
+	if (!dsock_hmap_get(&by_end, end_key(p, sid), &v))
 		return;
 	x = (struct dd_pair *)(uintptr_t)v;
 	for (int i = 0; i < 2; i++)

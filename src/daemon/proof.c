@@ -4,7 +4,7 @@
  * one namespace the kernel allows one socket per 4-tuple, so the mirror
  * is the connection. */
 #include "daemon/proof.h"
-#include "daemon/hmap.h"
+#include "common/hmap.h"
 #include "common/reason.h"
 
 #include <netinet/in.h>
@@ -31,7 +31,7 @@ static uint64_t tuple_key(uint64_t netns, const struct dsock_addr *a, const stru
 	memcpy(k + 10, a->addr, 16);
 	memcpy(k + 26, &b->port, 2);
 	memcpy(k + 28, b->addr, 16);
-	return dd_hash(k, sizeof(k), 0x4e);
+	return dsock_hash(k, sizeof(k), 0x4e);
 }
 
 static unsigned netns_inspect(int fd, struct dd_ident *o)

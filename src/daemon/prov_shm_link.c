@@ -7,7 +7,7 @@
  * time with one peer process or thousands. */
 #include "daemon/prov_shm.h"
 #include "daemon/pairing.h"
-#include "daemon/hmap.h"
+#include "common/hmap.h"
 #include "common/log.h"
 #include "common/shm_layout.h"
 
@@ -26,7 +26,7 @@ struct link {
 };
 
 static struct link *links;
-static struct dd_hmap by_procs;
+static struct dsock_hmap by_procs;
 static uint32_t next_id;
 static unsigned long n_links;
 
@@ -34,7 +34,7 @@ static uint64_t procs_key(const struct dd_proc *a, const struct dd_proc *b)
 {
 	uintptr_t k[2] = { (uintptr_t)(a < b ? a : b), (uintptr_t)(a < b ? b : a) };
 
-	return dd_hash(k, sizeof(k), 0x4c);
+	return dsock_hash(k, sizeof(k), 0x4c);
 }
 
 static void link_header(void *page, void *arg)
@@ -58,7 +58,7 @@ static struct link *link_of(const struct dd_proc *a, const struct dd_proc *b, co
 	if (!a || !b)
 		return NULL;
 	key = procs_key(a, b);
-	if (dd_hmap_get(&by_procs, key, &v)) {
+	if (dsock_hmap_get(&by_procs, key, &v)) {
 		l = (struct link *)(uintptr_t)v;
 		/* (a hash that collides leaves the newer pair without a link) */
 		return (l->proc[0] == a && l->proc[1] == b) || (l->proc[0] == b && l->proc[1] == a) ? l : NULL;
@@ -70,7 +70,7 @@ static struct link *link_of(const struct dd_proc *a, const struct dd_proc *b, co
 		free(l);
 		return NULL;
 	}
-	if (dd_hmap_put(&by_procs, key, (uint64_t)(uintptr_t)l)) {
+	if (dsock_hmap_put(&by_procs, key, (uint64_t)(uintptr_t)l)) {
 		close(l->fd);
 		free(l);
 		return NULL;
@@ -129,7 +129,7 @@ void dd_shm_link_forget(const struct dd_proc *p)
 						      .link = l->id, .link_side = (uint16_t)other };
 			dd_send_result(&l->to[other], &m, -1);
 		}
-		dd_hmap_del(&by_procs, procs_key(l->proc[0], l->proc[1]));
+		dsock_hmap_del(&by_procs, procs_key(l->proc[0], l->proc[1]));
 		if (l->prev)
 			l->prev->next = l->next;
 		else

@@ -10,7 +10,7 @@ static struct dd_proc *procs;
 static size_t nprocs;
 /* counted sets over the sockets of enabled processes: listeners by
  * (port, address), connected stream sockets by (local, peer) */
-static struct dd_hmap listeners, conns;
+static struct dsock_hmap listeners, conns;
 
 static uint64_t listener_key(uint16_t port, const uint8_t addr[16])
 {
@@ -18,7 +18,7 @@ static uint64_t listener_key(uint16_t port, const uint8_t addr[16])
 
 	memcpy(k, &port, 2);
 	memcpy(k + 2, addr, 16);
-	return dd_hash(k, sizeof(k), 0x4c);
+	return dsock_hash(k, sizeof(k), 0x4c);
 }
 
 static uint64_t conn_key(const struct dsock_addr *local, const struct dsock_addr *peer)
@@ -29,7 +29,7 @@ static uint64_t conn_key(const struct dsock_addr *local, const struct dsock_addr
 	memcpy(k + 2, local->addr, 16);
 	memcpy(k + 18, &peer->port, 2);
 	memcpy(k + 20, peer->addr, 16);
-	return dd_hash(k, sizeof(k), 0x43);
+	return dsock_hash(k, sizeof(k), 0x43);
 }
 
 static int known_family(const struct dsock_addr *a)
@@ -40,9 +40,9 @@ static int known_family(const struct dsock_addr *a)
 static void unindex(struct dd_sock *s)
 {
 	if (s->lkey)
-		dd_hset_drop(&listeners, s->lkey);
+		dsock_hset_drop(&listeners, s->lkey);
 	if (s->ckey)
-		dd_hset_drop(&conns, s->ckey);
+		dsock_hset_drop(&conns, s->ckey);
 	s->lkey = s->ckey = 0;
 }
 
@@ -53,12 +53,12 @@ static void index_sock(const struct dd_proc *p, struct dd_sock *s)
 		return;
 	if (s->state == DSOCK_ST_LISTENING && known_family(&s->local)) {
 		s->lkey = listener_key(s->local.port, s->local.addr);
-		if (dd_hset_add(&listeners, s->lkey))
+		if (dsock_hset_add(&listeners, s->lkey))
 			s->lkey = 0;
 	}
 	if (known_family(&s->local) && known_family(&s->peer)) {
 		s->ckey = conn_key(&s->local, &s->peer);
-		if (dd_hset_add(&conns, s->ckey))
+		if (dsock_hset_add(&conns, s->ckey))
 			s->ckey = 0;
 	}
 }
@@ -68,14 +68,14 @@ int dd_listener_known(const struct dsock_addr *a)
 	/* stored addresses are v4-mapped already */
 	static const uint8_t any6[16], any4[16] = { [10] = 0xff, [11] = 0xff };
 
-	return dd_hset_has(&listeners, listener_key(a->port, a->addr)) ||
-	       dd_hset_has(&listeners, listener_key(a->port, any6)) ||
-	       dd_hset_has(&listeners, listener_key(a->port, any4));
+	return dsock_hset_has(&listeners, listener_key(a->port, a->addr)) ||
+	       dsock_hset_has(&listeners, listener_key(a->port, any6)) ||
+	       dsock_hset_has(&listeners, listener_key(a->port, any4));
 }
 
 int dd_socket_known(const struct dsock_addr *local, const struct dsock_addr *peer)
 {
-	return dd_hset_has(&conns, conn_key(local, peer));
+	return dsock_hset_has(&conns, conn_key(local, peer));
 }
 
 struct dd_proc *dd_proc_add(pid_t pid, uid_t uid, const struct dsock_msg_hello *h)
@@ -110,7 +110,7 @@ void dd_proc_remove(struct dd_proc *p)
 		unindex(&p->socks[i]);
 	if (p->mail)
 		munmap(p->mail, p->mail_len);
-	dd_hmap_free(&p->ids);
+	dsock_hmap_free(&p->ids);
 	free(p->socks);
 	free(p);
 }
@@ -152,7 +152,7 @@ static int reserve(struct dd_proc *p, size_t n)
 
 static uint64_t id_key(uint64_t id)
 {
-	return dd_hash(&id, sizeof(id), 0x49);
+	return dsock_hash(&id, sizeof(id), 0x49);
 }
 
 void dd_proc_inherit(struct dd_proc *child, const struct dd_proc *parent)
@@ -164,7 +164,7 @@ void dd_proc_inherit(struct dd_proc *child, const struct dd_proc *parent)
 	for (size_t i = 0; i < parent->nsocks; i++) {
 		struct dd_sock *s = &child->socks[child->nsocks];
 
-		if (dd_hmap_put(&child->ids, id_key(s->id), child->nsocks))
+		if (dsock_hmap_put(&child->ids, id_key(s->id), child->nsocks))
 			break;
 		s->lkey = s->ckey = 0;
 		index_sock(child, s);
@@ -177,15 +177,15 @@ int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev)
 	uint64_t key = id_key(ev->sock_id), i;
 	struct dd_sock *s = NULL;
 
-	if (dd_hmap_get(&p->ids, key, &i) && i < p->nsocks && p->socks[i].id == ev->sock_id)
+	if (dsock_hmap_get(&p->ids, key, &i) && i < p->nsocks && p->socks[i].id == ev->sock_id)
 		s = &p->socks[i];
 	if (ev->event == DSOCK_EV_CLOSE) {
 		if (s) {
 			unindex(s);
-			dd_hmap_del(&p->ids, key);
+			dsock_hmap_del(&p->ids, key);
 			*s = p->socks[--p->nsocks];
 			if (s != &p->socks[p->nsocks])
-				dd_hmap_put(&p->ids, id_key(s->id), (uint64_t)(s - p->socks));
+				dsock_hmap_put(&p->ids, id_key(s->id), (uint64_t)(s - p->socks));
 		}
 		return 0;
 	}
@@ -194,7 +194,7 @@ int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev)
 			p->untracked++;
 			return 0;
 		}
-		if (reserve(p, p->nsocks + 1) || dd_hmap_put(&p->ids, key, p->nsocks))
+		if (reserve(p, p->nsocks + 1) || dsock_hmap_put(&p->ids, key, p->nsocks))
 			return -ENOMEM;
 		s = &p->socks[p->nsocks++];
 		memset(s, 0, sizeof(*s));

@@ -7,7 +7,7 @@
 #define DSOCKD_REGISTRY_H
 
 #include "common/proto.h"
-#include "daemon/hmap.h"
+#include "common/hmap.h"
 
 #include <stddef.h>
 #include <sys/types.h>
@@ -33,7 +33,7 @@ struct dd_proc {
 	time_t since;
 	struct dd_sock *socks;
 	size_t nsocks, cap;
-	struct dd_hmap ids; /* socket id -> index in socks */
+	struct dsock_hmap ids; /* socket id -> index in socks */
 	unsigned long untracked; /* events past DD_SOCKS_PER_PROC_MAX */
 	struct dsock_mail_page *mail; /* the process's mail page, or NULL */
 	size_t mail_len;              /* its mapping's length */

@@ -1,9 +1,10 @@
-/* The daemon's hash tables (src/daemon/hmap.c): a random mix of puts,
- * gets and deletes checked against a plain array, through growth and
- * tombstone reuse; the counted set; and that the table's size stays
- * bounded by the live entries, not by how many ever passed through. */
+/* The hash tables of the daemon and the library (src/common/hmap.c): a
+ * random mix of puts, gets and deletes checked against a plain array,
+ * through growth and tombstone reuse; the counted set; and that the
+ * table's size stays bounded by the live entries, not by how many ever
+ * passed through. */
 #include "unit/unit.h"
-#include "daemon/hmap.c"
+#include "common/hmap.h"
 
 #define N 50000
 
@@ -12,12 +13,12 @@ static unsigned char ref_has[N];
 
 static uint64_t key_of(unsigned i)
 {
-	return dd_hash(&i, sizeof(i), 7);
+	return dsock_hash(&i, sizeof(i), 7);
 }
 
 int main(void)
 {
-	struct dd_hmap m = { 0 }, set = { 0 };
+	struct dsock_hmap m = { 0 }, set = { 0 };
 	unsigned seed = 12345;
 	uint64_t v;
 
@@ -28,14 +29,14 @@ int main(void)
 		i = (seed >> 8) % N;
 		op = (seed >> 4) % 4;
 		if (op < 2) {
-			ASSERT_EQ(dd_hmap_put(&m, key_of(i), (uint64_t)round), 0);
+			ASSERT_EQ(dsock_hmap_put(&m, key_of(i), (uint64_t)round), 0);
 			ref_val[i] = (uint64_t)round;
 			ref_has[i] = 1;
 		} else if (op == 2) {
-			ASSERT_EQ(dd_hmap_del(&m, key_of(i)), ref_has[i]);
+			ASSERT_EQ(dsock_hmap_del(&m, key_of(i)), ref_has[i]);
 			ref_has[i] = 0;
 		} else {
-			int got = dd_hmap_get(&m, key_of(i), &v);
+			int got = dsock_hmap_get(&m, key_of(i), &v);
 			ASSERT_EQ(got, ref_has[i]);
 			if (got && ref_has[i])
 				ASSERT_EQ(v, ref_val[i]);
@@ -43,7 +44,7 @@ int main(void)
 	}
 	size_t live = 0;
 	for (unsigned i = 0; i < N; i++) {
-		int got = dd_hmap_get(&m, key_of(i), &v);
+		int got = dsock_hmap_get(&m, key_of(i), &v);
 		live += ref_has[i];
 		ASSERT_EQ(got, ref_has[i]);
 		if (got && ref_has[i])
@@ -53,25 +54,25 @@ int main(void)
 	/* 400,000 operations over 50,000 keys: the table holds the live
 	 * ones, not the history (tombstones are rehashed away) */
 	ASSERT_TRUE(m.cap <= 4 * (size_t)N);
-	dd_hmap_free(&m);
+	dsock_hmap_free(&m);
 
 	/* counted set: three adds, two drops, still there; the third drop
 	 * removes it; dropping an absent key is harmless */
 	for (int k = 0; k < 3; k++)
-		ASSERT_EQ(dd_hset_add(&set, key_of(1)), 0);
-	dd_hset_drop(&set, key_of(1));
-	dd_hset_drop(&set, key_of(1));
-	ASSERT_TRUE(dd_hset_has(&set, key_of(1)));
-	dd_hset_drop(&set, key_of(1));
-	ASSERT_TRUE(!dd_hset_has(&set, key_of(1)));
-	dd_hset_drop(&set, key_of(2));
-	ASSERT_TRUE(!dd_hset_has(&set, key_of(2)));
+		ASSERT_EQ(dsock_hset_add(&set, key_of(1)), 0);
+	dsock_hset_drop(&set, key_of(1));
+	dsock_hset_drop(&set, key_of(1));
+	ASSERT_TRUE(dsock_hset_has(&set, key_of(1)));
+	dsock_hset_drop(&set, key_of(1));
+	ASSERT_TRUE(!dsock_hset_has(&set, key_of(1)));
+	dsock_hset_drop(&set, key_of(2));
+	ASSERT_TRUE(!dsock_hset_has(&set, key_of(2)));
 	ASSERT_EQ(set.used, 0);
-	dd_hmap_free(&set);
+	dsock_hmap_free(&set);
 
 	/* the reserved keys never come out of the hash */
 	for (unsigned i = 0; i < 1000000; i++) {
-		uint64_t h = dd_hash(&i, sizeof(i), 0);
+		uint64_t h = dsock_hash(&i, sizeof(i), 0);
 		if (h == 0 || h == ~(uint64_t)0) {
 			ASSERT_TRUE(0);
 			break;

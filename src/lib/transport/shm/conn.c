@@ -7,6 +7,7 @@
 #include "lib/base/real.h"
 #include "lib/sock/ready.h"
 #include "lib/sock/solo.h"
+#include "common/hmap.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/reason.h"
@@ -27,8 +28,12 @@
 
 #define PENDING_GIVE_UP_MS 5000 /* the daemon always answers well before */
 
+/* Connections due to offer or offered and waiting for a RESULT (a fork
+ * refuses them all), and the offered ones by socket id, for the RESULT to
+ * find: O(1) each, however many connections are being set up at once. */
 static pthread_mutex_t pending_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct shm_conn *pending; /* connections waiting for a RESULT */
+static struct shm_conn *pending;
+static struct dsock_hmap offered; /* sock id -> its shm_conn */
 /* attached connections, whose holders a fork counts (held_mu after pending_mu) */
 static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_conn *held;
@@ -66,15 +71,42 @@ int shm_active(const struct shm_conn *c)
 	       __atomic_load_n(&c->peer->attached, __ATOMIC_ACQUIRE) == DSOCK_ATT_ATTACHED;
 }
 
+/* On the pending list (pending_mu held); offered: found by its id too
+ * (0, or -ENOMEM with c not listed). */
+static int list_pending_locked(struct shm_conn *c, int offered_too)
+{
+	if (offered_too && dsock_hmap_put(&offered, c->sock->id, (uint64_t)(uintptr_t)c) < 0)
+		return -ENOMEM;
+	c->prev = NULL;
+	c->next = pending;
+	if (pending)
+		pending->prev = c;
+	pending = c;
+	c->listed = 1;
+	return 0;
+}
+
+static void unlink_pending_locked(struct shm_conn *c)
+{
+	if (!c->listed)
+		return;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		pending = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->next = c->prev = NULL;
+	c->listed = 0;
+	uint64_t v;
+	if (dsock_hmap_get(&offered, c->sock->id, &v) && v == (uint64_t)(uintptr_t)c)
+		dsock_hmap_del(&offered, c->sock->id);
+}
+
 static void unlink_pending(struct shm_conn *c)
 {
 	pthread_mutex_lock(&pending_mu);
-	for (struct shm_conn **pp = &pending; *pp; pp = &(*pp)->next) {
-		if (*pp == c) {
-			*pp = c->next;
-			break;
-		}
-	}
+	unlink_pending_locked(c);
 	pthread_mutex_unlock(&pending_mu);
 }
 
@@ -232,9 +264,11 @@ void shm_on_result(const struct dsock_msg_result *r, int memfd)
 		shm_link_result(r, memfd);
 		return;
 	}
+	uint64_t v = 0;
 	pthread_mutex_lock(&pending_mu);
-	for (c = pending; c && c->sock->id != r->sock_id; c = c->next)
-		;
+	/* (ids 0 and ~0 are no socket's, and no key of the table) */
+	c = r->sock_id && ~r->sock_id && dsock_hmap_get(&offered, r->sock_id, &v) ? (struct shm_conn *)(uintptr_t)v
+									    : NULL;
 	if (c)
 		c->offer_done = 1;
 	if (c && r->result == DSOCK_RES_HELD) {
@@ -243,11 +277,7 @@ void shm_on_result(const struct dsock_msg_result *r, int memfd)
 	}
 	if (c) {
 		/* unlinked now: it leaves PENDING either way */
-		for (struct shm_conn **pp = &pending; *pp; pp = &(*pp)->next)
-			if (*pp == c) {
-				*pp = c->next;
-				break;
-			}
+		unlink_pending_locked(c);
 		dsock_sock_hold(c->sock);
 	}
 	pthread_mutex_unlock(&pending_mu);
@@ -302,9 +332,12 @@ static int send_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 	c->state = SC_PENDING;
 	c->pending_since_ms = dsock_mono_ns() / 1000000;
 	pthread_mutex_lock(&pending_mu);
-	c->next = pending;
-	pending = c;
+	r = list_pending_locked(c, 1);
 	pthread_mutex_unlock(&pending_mu);
+	if (r) {
+		*reason = DSOCK_R_NO_DAEMON;
+		return r;
+	}
 	r = dsock_ctl_offer(s->id, fd, (unsigned)role, DSOCK_PATH_SHM, DSOCK_PROOF_NETNS);
 	DSOCK_DBG("sock %llu offered (role %d): %d", (unsigned long long)s->id, role, r);
 	if (r) {
@@ -336,8 +369,7 @@ int shm_offer(struct dsock_sock *s, int fd, int role, void **priv, unsigned *rea
 	c->state = SC_OFFER_DUE;
 	c->role = role;
 	pthread_mutex_lock(&pending_mu);
-	c->next = pending;
-	pending = c;
+	list_pending_locked(c, 0);
 	pthread_mutex_unlock(&pending_mu);
 	*reason = DSOCK_R_PENDING;
 	(void)fd;
@@ -485,51 +517,6 @@ void shm_release(struct dsock_sock *s)
 	free(c);
 }
 
-int shm_reset(struct dsock_sock *s, int fd, unsigned reason)
-{
-	struct sockaddr sa = { .sa_family = AF_UNSPEC };
-	struct shm_conn *c = shm_conn(s);
-
-	/* this side closes, and says so before its RST: the peer must not
-	 * take the RST for the death of a process (recv.c) */
-	if (c && c->h)
-		__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
-
-	/* connect(AF_UNSPEC) aborts the connection as the kernel does on an
-	 * RST: it sends one, empties the receive queue (whose wake-up tokens
-	 * nobody must read as data) and leaves ECONNRESET for the next call;
-	 * the shutdown then makes later reads end (0) and poll say readable
-	 * and hung up, as after a received RST, rather than ENOTCONN */
-	if (dsock_real.connect(fd, &sa, sizeof(sa)) < 0) {
-		struct linger lg = { 1, 0 };
-		dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-	}
-	dsock_real.shutdown(fd, SHUT_RDWR);
-	shm_detach(s, reason);
-	return -ECONNRESET;
-}
-
-int shm_disconnect(struct dsock_sock *s, int fd)
-{
-	struct sockaddr sa = { .sa_family = AF_UNSPEC };
-	struct shm_conn *c = shm_conn(s);
-	int r;
-
-	/* closing first, as every reset of ours: the peer must not take the
-	 * RST for the death of a process (recv.c) */
-	if (c && c->h)
-		__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
-	r = dsock_real.connect(fd, &sa, sizeof(sa)) < 0 ? -errno : 0;
-	shm_detach(s, DSOCK_R_NOT_ESTABLISHED);
-	return r;
-}
-
-int shm_fault(struct dsock_sock *s, int fd, const char *what)
-{
-	DSOCK_WARN("connection on fd %d reset: shared memory %s (a corrupt or hostile peer)", fd, what);
-	return shm_reset(s, fd, DSOCK_R_FAULT);
-}
-
 /* ---- fork ------------------------------------------------------------------ */
 void shm_fork_prepare(void)
 {
@@ -575,9 +562,12 @@ void shm_fork_child(void)
 
 	pthread_mutex_init(&pending_mu, NULL);
 	pending = NULL;
+	dsock_hmap_free(&offered);
 	/* the answers go to the parent: here these stay on the kernel */
 	for (struct shm_conn *c = list, *next; c; c = next) {
 		next = c->next;
+		c->next = c->prev = NULL;
+		c->listed = 0;
 		c->state = SC_PENDING;
 		dsock_sock_detach(c->sock, DSOCK_R_FORKED);
 	}

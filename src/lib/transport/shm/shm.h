@@ -102,7 +102,8 @@ struct shm_conn {
 			       * application closes it under a call in flight */
 	pthread_mutex_t mu;  /* PENDING-state sends and state changes */
 	struct dsock_sock *sock;
-	struct shm_conn *next; /* pending list */
+	struct shm_conn *next, *prev; /* pending list (conn.c), */
+	int listed;                    /* while on it */
 	struct shm_link *link; /* our link with the peer's process (link.c), or NULL */
 	uint32_t link_slot;  /* our slot on it (as in me->link_slot) */
 };

@@ -1,4 +1,4 @@
-#include "daemon/hmap.h"
+#include "common/hmap.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 #define EMPTY 0
 #define DEAD  (~(uint64_t)0)
 
-uint64_t dd_hash(const void *p, size_t n, uint64_t seed)
+uint64_t dsock_hash(const void *p, size_t n, uint64_t seed)
 {
 	/* FNV-1a over the bytes, then a 64-bit finaliser (murmur3's) */
 	const unsigned char *b = p;
@@ -23,7 +23,7 @@ uint64_t dd_hash(const void *p, size_t n, uint64_t seed)
 	return h == EMPTY ? 1 : h == DEAD ? DEAD - 1 : h;
 }
 
-static size_t find(const struct dd_hmap *m, uint64_t key)
+static size_t find(const struct dsock_hmap *m, uint64_t key)
 {
 	size_t mask = m->cap - 1;
 
@@ -33,7 +33,7 @@ static size_t find(const struct dd_hmap *m, uint64_t key)
 }
 
 /* key's slot, or -1 when absent. */
-static long slot_of(const struct dd_hmap *m, uint64_t key)
+static long slot_of(const struct dsock_hmap *m, uint64_t key)
 {
 	size_t i;
 
@@ -43,7 +43,7 @@ static long slot_of(const struct dd_hmap *m, uint64_t key)
 	return m->keys[i] == key ? (long)i : -1;
 }
 
-int dd_hmap_get(const struct dd_hmap *m, uint64_t key, uint64_t *val)
+int dsock_hmap_get(const struct dsock_hmap *m, uint64_t key, uint64_t *val)
 {
 	long i = slot_of(m, key);
 
@@ -53,9 +53,9 @@ int dd_hmap_get(const struct dd_hmap *m, uint64_t key, uint64_t *val)
 	return 1;
 }
 
-static int grow(struct dd_hmap *m)
+static int grow(struct dsock_hmap *m)
 {
-	struct dd_hmap n = { .cap = m->cap ? m->cap * 2 : 64 };
+	struct dsock_hmap n = { .cap = m->cap ? m->cap * 2 : 64 };
 
 	/* only tombstones: rehash at the same size */
 	if (m->cap && m->used + 1 <= m->cap / 2)
@@ -75,12 +75,12 @@ static int grow(struct dd_hmap *m)
 		n.vals[j] = m->vals[i];
 		n.used++;
 	}
-	dd_hmap_free(m);
+	dsock_hmap_free(m);
 	*m = n;
 	return 0;
 }
 
-int dd_hmap_put(struct dd_hmap *m, uint64_t key, uint64_t val)
+int dsock_hmap_put(struct dsock_hmap *m, uint64_t key, uint64_t val)
 {
 	size_t i, mask;
 
@@ -105,7 +105,7 @@ int dd_hmap_put(struct dd_hmap *m, uint64_t key, uint64_t val)
 	return 0;
 }
 
-int dd_hmap_del(struct dd_hmap *m, uint64_t key)
+int dsock_hmap_del(struct dsock_hmap *m, uint64_t key)
 {
 	long i = slot_of(m, key);
 
@@ -117,36 +117,36 @@ int dd_hmap_del(struct dd_hmap *m, uint64_t key)
 	return 1;
 }
 
-void dd_hmap_free(struct dd_hmap *m)
+void dsock_hmap_free(struct dsock_hmap *m)
 {
 	free(m->keys);
 	free(m->vals);
 	memset(m, 0, sizeof(*m));
 }
 
-int dd_hset_add(struct dd_hmap *m, uint64_t key)
+int dsock_hset_add(struct dsock_hmap *m, uint64_t key)
 {
 	uint64_t n = 0;
 
-	dd_hmap_get(m, key, &n);
-	return dd_hmap_put(m, key, n + 1);
+	dsock_hmap_get(m, key, &n);
+	return dsock_hmap_put(m, key, n + 1);
 }
 
-void dd_hset_drop(struct dd_hmap *m, uint64_t key)
+void dsock_hset_drop(struct dsock_hmap *m, uint64_t key)
 {
 	uint64_t n = 0;
 
-	if (!dd_hmap_get(m, key, &n))
+	if (!dsock_hmap_get(m, key, &n))
 		return;
 	if (n <= 1)
-		dd_hmap_del(m, key);
+		dsock_hmap_del(m, key);
 	else
-		dd_hmap_put(m, key, n - 1);
+		dsock_hmap_put(m, key, n - 1);
 }
 
-int dd_hset_has(const struct dd_hmap *m, uint64_t key)
+int dsock_hset_has(const struct dsock_hmap *m, uint64_t key)
 {
 	uint64_t n = 0;
 
-	return dd_hmap_get(m, key, &n) && n > 0;
+	return dsock_hmap_get(m, key, &n) && n > 0;
 }
