@@ -307,10 +307,11 @@ void shm_space_freed(struct shm_conn *c, int fd)
 /* A writer waiting for ring space asks the kernel socket whether the
  * consumer is gone: it may never say so in the ring (a holder that ended
  * with _exit or a signal: docs/ARCHITECTURE.md, known limits).  The
- * kernel's POLLERR and POLLHUP after an error or hang-up.  After the consumer's FIN a token probes, under the tx
- * lock (a downgrade counts our kernel bytes there; `locked`: the caller
- * holds it): a living half-closed peer just drains it, a dead one answers
- * with the RST that the next look sees.  0 otherwise. */
+ * kernel's POLLERR and POLLHUP after an error or hang-up.  After the
+ * consumer's FIN a token probes, under the tx lock (a downgrade counts our
+ * kernel bytes there; `locked`: the caller holds it): a living half-closed
+ * peer just drains it, a dead one answers with the RST that the next look
+ * sees.  0 otherwise. */
 short shm_consumer_gone(struct shm_conn *c, int fd, int locked)
 {
 	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
@@ -321,7 +322,10 @@ short shm_consumer_gone(struct shm_conn *c, int fd, int locked)
 		return (short)(p.revents & (POLLERR | POLLHUP));
 	if ((p.revents & POLLRDHUP) && (locked || shm_tx_trylock(c))) {
 		char t = 0;
-		if (!__atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE))
+		/* (a token only once our sending has switched: before, the
+		 * peer reads our kernel stream as data) */
+		if (!__atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE) &&
+		    __atomic_load_n(&c->me->switch_off, __ATOMIC_ACQUIRE) != DSOCK_SWITCH_NONE)
 			dsock_real.send(fd, &t, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (!locked)
 			shm_tx_unlock(c);
