@@ -492,8 +492,7 @@ void shm_release(struct dsock_sock *s)
 
 	if (!c)
 		return;
-	if (c->state == SC_PENDING || c->state == SC_OFFER_DUE)
-		unlink_pending(c);
+	unlink_pending(c); /* whatever its state: freed, it must be on no list */
 	shm_link_leave(c); /* before the unmap: a poller of ours may look at the ring */
 	if (c->state == SC_ATTACHED) {
 		shm_linger_forget(c);
