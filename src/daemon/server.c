@@ -7,6 +7,7 @@
 #include "daemon/provision.h"
 #include "daemon/peerfd.h"
 #include "daemon/events.h"
+#include "daemon/outbox.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/reason.h"
@@ -36,6 +37,8 @@ struct dd_client {
 	uint64_t gen; /* tells a reused slot from the client an offer came from */
 	struct ucred cred;
 	struct dd_proc *proc;
+	struct dd_outbox out; /* results the socket had no room for yet */
+	int out_armed;        /* EPOLLOUT asked for */
 };
 
 struct dd_stats {
@@ -61,7 +64,9 @@ static struct dd_stats stats;
 static int ep;
 static uint32_t out_seq;
 static uint64_t next_gen = 1;
+static int nbacklogged; /* clients whose outbox holds results */
 
+#define OUT_RETRY_MS 5
 #define SLOT_LISTEN  0xfffffffeu
 #define SLOT_SIGNALS 0xfffffffdu
 
@@ -92,6 +97,9 @@ static void client_close(uint32_t slot)
 		dd_pairing_forget(c->proc);
 		dd_proc_remove(c->proc);
 	}
+	if (c->out.n)
+		nbacklogged--;
+	dd_outbox_clear(&c->out);
 	epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	memset(c, 0, sizeof(*c));
@@ -125,19 +133,86 @@ static int send_msg(int fd, uint16_t type, const void *payload, size_t len)
 	return send_msg_fd(fd, type, payload, len, -1, 0);
 }
 
+/* A refusal that passes once the library reads: its socket is full
+ * (EAGAIN), or the fds in flight to this user's unread sockets reach its
+ * fd limit (ETOOMANYREFS: the kernel counts them against RLIMIT_NOFILE). */
+static int transient(int rc)
+{
+	return rc == -EAGAIN || rc == -ENOBUFS || rc == -ETOOMANYREFS || rc == -ENOMEM;
+}
+
+static void mail_sent(struct dd_client *c)
+{
+	if (c->proc && c->proc->mail)
+		__atomic_add_fetch(&c->proc->mail->mail_seq, 1, __ATOMIC_RELEASE);
+}
+
+/* EPOLLOUT while the socket is full; a refusal for fds in flight is
+ * retried by the loop's timer instead (the socket stays writable). */
+static void want_out(uint32_t slot, int on)
+{
+	struct dd_client *c = &clients[slot];
+	struct epoll_event ev = { .events = EPOLLIN | (on ? EPOLLOUT : 0), .data.u32 = slot };
+
+	if (c->out_armed != on && epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev) == 0)
+		c->out_armed = on;
+}
+
+/* Sends what waits in slot's outbox, oldest first, while the socket
+ * takes it. */
+static void flush_out(uint32_t slot)
+{
+	struct dd_client *c = &clients[slot];
+	int rc = 0;
+
+	while (c->out.n) {
+		const struct dd_out *e = dd_outbox_peek(&c->out);
+		rc = send_msg_fd(c->fd, DSOCK_MSG_RESULT, &e->r, sizeof(e->r), e->fd, MSG_DONTWAIT);
+		if (rc && transient(rc))
+			break;
+		if (rc) { /* gone: its read side closes the client */
+			DSOCK_WARN("cannot send %zu pairing results to pid %d: %s", c->out.n, c->cred.pid,
+				   strerror(-rc));
+			dd_outbox_clear(&c->out);
+			break;
+		}
+		mail_sent(c);
+		dd_outbox_pop(&c->out);
+	}
+	if (!c->out.n)
+		nbacklogged--;
+	want_out(slot, c->out.n && rc == -EAGAIN);
+}
+
 int dd_send_result(const struct dd_reply_to *to, const struct dsock_msg_result *r, int fd)
 {
 	struct dd_client *c = &clients[to->slot];
-	int rc;
+	int rc = 0;
 
 	if (to->slot >= (uint32_t)nclients_max || c->fd < 0 || c->gen != to->gen)
 		return -ESRCH; /* the process left meanwhile */
-	rc = send_msg_fd(c->fd, DSOCK_MSG_RESULT, r, sizeof(*r), fd, MSG_DONTWAIT);
-	if (rc)
-		DSOCK_WARN("cannot send a pairing result to pid %d: %s", c->cred.pid, strerror(-rc));
-	else if (c->proc && c->proc->mail)
-		__atomic_add_fetch(&c->proc->mail->mail_seq, 1, __ATOMIC_RELEASE);
-	return rc;
+	if (!c->out.n) {
+		rc = send_msg_fd(c->fd, DSOCK_MSG_RESULT, r, sizeof(*r), fd, MSG_DONTWAIT);
+		if (rc == 0) {
+			mail_sent(c);
+			return 0;
+		}
+		if (!transient(rc)) {
+			DSOCK_WARN("cannot send a pairing result to pid %d: %s", c->cred.pid, strerror(-rc));
+			return rc;
+		}
+	}
+	/* behind the ones waiting, or the first to wait */
+	int e = dd_outbox_push(&c->out, r, fd);
+	if (e) {
+		DSOCK_WARN("cannot send a pairing result to pid %d: %s", c->cred.pid, strerror(-e));
+		return e;
+	}
+	if (c->out.n == 1) {
+		nbacklogged++;
+		want_out(to->slot, rc == -EAGAIN);
+	}
+	return 0;
 }
 
 static int send_line(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -512,7 +587,11 @@ int dd_serve(int lfd, const struct dd_config *cfg)
 	DSOCK_INFO("serving on %s", cfg->socket_path);
 	while (!stop) {
 		struct epoll_event evs[64];
-		int n = epoll_wait(ep, evs, 64, dd_pairing_tick());
+		int t = dd_pairing_tick();
+		/* outboxes that wait for fds in flight are tried every few ms */
+		if (nbacklogged && (t < 0 || t > OUT_RETRY_MS))
+			t = OUT_RETRY_MS;
+		int n = epoll_wait(ep, evs, 64, t);
 
 		for (int i = 0; i < n && !stop; i++) {
 			uint32_t slot = evs[i].data.u32;
@@ -525,9 +604,15 @@ int dd_serve(int lfd, const struct dd_config *cfg)
 					stop = 1;
 				}
 			} else if (clients[slot].fd >= 0) {
-				stop = on_readable(slot);
+				if (evs[i].events & EPOLLOUT && clients[slot].out.n)
+					flush_out(slot);
+				if (evs[i].events & ~EPOLLOUT)
+					stop = on_readable(slot);
 			}
 		}
+		for (int i = 0; nbacklogged && i < nclients_max; i++)
+			if (clients[i].fd >= 0 && clients[i].out.n && !clients[i].out_armed)
+				flush_out((uint32_t)i);
 	}
 	for (int i = 0; i < nclients_max; i++)
 		if (clients[i].fd >= 0)

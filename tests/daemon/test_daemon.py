@@ -235,6 +235,64 @@ check("an offer for a transport the protocol does not name drops the client", dr
 for x in (a, b, c, cli, srv, lsn):
     x.close()
 
+# 4a. results for a library that reads late: two clients offer the two
+# ends of 400 connections while neither reads, so the daemon has 1,200
+# results for them (HELD and PAIRED for each accepting end, PAIRED for each
+# connecting end), far more than their sockets hold.  None is lost (the
+# daemon keeps what does not fit and sends it when there is room), and
+# each client gets them in order: HELD before PAIRED, and every PAIRED
+# with its end of the pair.
+import resource
+_soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(_hard, 8192), _hard))
+N = 400
+lsn = socket.socket(); lsn.bind(("127.0.0.1", 0)); lsn.listen(N)
+conns = []
+for i in range(N):
+    c = socket.create_connection(lsn.getsockname()); sv, _ = lsn.accept()
+    conns.append((c, sv))
+a, b = hello(), hello()
+for i, (c, sv) in enumerate(conns):
+    offer(b, 1000 + i, 2, 3, sv)
+for i, (c, sv) in enumerate(conns):
+    offer(a, 1000 + i, 1, 3, c)
+def results_of(s, want_paired):
+    got, paired, end = [], {}, time.time() + 20
+    s.settimeout(1)
+    while len(paired) < want_paired and time.time() < end:
+        try:
+            msg, fds, _, _ = socket.recv_fds(s, 4096, 1)
+        except socket.timeout:
+            continue
+        if len(msg) >= 48 and struct.unpack_from("<H", msg, 6)[0] == 10:
+            sid, tp, _, res, side = struct.unpack_from("<QHHII", msg, 16)
+            got.append((sid, res))
+            if res == 1 and len(fds) == 1:
+                paired[sid] = fds[0]
+                continue
+        for fd in fds:
+            os.close(fd)
+    return got, paired
+ga, pa = results_of(a, N)
+gb, pb = results_of(b, N)
+ids = set(range(1000, 1000 + N))
+check("400 pairings for clients that read late: every result arrives, each PAIRED with its end",
+      set(pa) == ids and set(pb) == ids and len(ga) == N and len(gb) == 2 * N,
+      (len(pa), len(pb), len(ga), len(gb)))
+check("... in order: each accepting end's HELD before its PAIRED",
+      all(gb.index((i, 3)) < gb.index((i, 1)) for i in ids if (i, 3) in gb and (i, 1) in gb) and
+      all((i, 3) in gb for i in ids), gb[:6])
+ok = 0
+for i in set(pa) & set(pb):
+    os.write(pa[i], b"%d" % i)
+    ok += os.read(pb[i], 100) == b"%d" % i
+check("... and the two ends of each are one socketpair", ok == N, ok)
+for fd in list(pa.values()) + list(pb.values()):
+    os.close(fd)
+for x in [a, b, lsn] + [y for pair in conns for y in pair]:
+    x.close()
+resource.setrlimit(resource.RLIMIT_NOFILE, (_soft, _hard))
+
 # 4b. socket events without a message each (the event ring after the mail
 # page): 3,000 connections opened and closed on the kernel (no data, so no
 # pairing) all reach the daemon, in order (no record is left behind), though
