@@ -1,6 +1,7 @@
 #include "lib/sock/io.h"
 #include "lib/sock/sock.h"
 #include "lib/sock/solo.h"
+#include "lib/sock/ready.h"
 #include "lib/base/real.h"
 #include "lib/transport/transport.h"
 
@@ -36,6 +37,7 @@ static inline struct dsock_sock *owned(int fd)
  * state and pass the call to the kernel. */
 static ssize_t tp_recv(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 {
+	dsock_poller_busy();
 	ssize_t r = s->owner->recvmsg(s, fd, m, flags);
 	dsock_sock_put(s);
 	return r;
@@ -55,6 +57,7 @@ static ssize_t send_ours(struct dsock_sock *s, int fd, const struct msghdr *m, i
 {
 	const struct dsock_transport *tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
 
+	dsock_poller_busy();
 	if (tp && tp->sendmsg_solo && dsock_solo_enter(s, fd)) {
 		ssize_t r = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) == tp ?
 			    tp->sendmsg_solo(s, fd, m, flags) : DSOCK_ESLOW;

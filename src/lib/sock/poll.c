@@ -120,6 +120,7 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 		int sleeping = timeout_ms != 0;
 		if (sleeping) {
 			atomic_fetch_add(&dsock_sleepers, 1);
+			dsock_renew_at = 0;
 			dsock_transports_before_sleep();
 		}
 		for (nfds_t i = 0; i < n; i++) {

@@ -245,6 +245,20 @@ static int kernel_look_skippable(int epfd, long long now)
 	return 1;
 }
 
+/* ---- leases renewed between looks (ready.h) ------------------------------ */
+__thread int64_t dsock_renew_at; /* 0: this thread made no look since it slept */
+#define RENEW_NS 20000LL /* under half the shortest lease (50 us) */
+
+void dsock_poller_renew(void)
+{
+	int64_t now = dsock_fast_ns();
+
+	if (now < dsock_renew_at)
+		return;
+	dsock_renew_at = now + RENEW_NS;
+	dsock_transports_collect(now);
+}
+
 static int kernel_look(int epfd, struct epoll_event *ev, int max, long long now)
 {
 	int n = dsock_real.epoll_wait(epfd, ev, max, 0);
@@ -266,10 +280,13 @@ static int epoll_now(int epfd, struct epoll_event *ev, int max, int kernel_anywa
 {
 	struct epoll_event hid[64];
 	int n, extra = 0, wants_kernel = 0;
+	int64_t at = poller ? (now ? now : dsock_fast_ns()) : 0;
 
 	/* what producers announced: their sockets join the hidden ones (a
-	 * poller, one not about to sleep, lets them announce on) */
-	dsock_transports_collect(poller ? (now ? now : dsock_fast_ns()) : 0);
+	 * poller, one not about to sleep, lets them announce on, and renews
+	 * that from its data calls until its next look) */
+	dsock_transports_collect(at);
+	dsock_renew_at = at ? at + RENEW_NS : 0;
 	if (atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0)
 		extra = dsock_epset_hidden(epfd, hid, max < 64 ? max : 64, &wants_kernel);
 	if (!extra && !kernel_anyway)
@@ -345,6 +362,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	if (blocking && fast) {
 		/* about to sleep: end the leases, then look once more */
 		atomic_fetch_add(&dsock_sleepers, 1);
+		dsock_renew_at = 0;
 		dsock_transports_before_sleep();
 		if ((n = epoll_now(epfd, ev, max, 0, 0, 0)) != 0 || (n = dsock_epset_parked_ready(epfd, ev, max)) != 0) {
 			atomic_fetch_sub(&dsock_sleepers, 1);
