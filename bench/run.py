@@ -30,7 +30,8 @@ args = ap.parse_args()
 def ensure_tools():
     """Installs the programs measured and the plotting library when missing
     (Debian packages; needs root), and runs under the Python that has it."""
-    need = [t for t in ("sockperf", "iperf3", "redis-server", "nginx", "wrk", "haproxy", "curl", "cc") if not shutil.which(t)]
+    need = [t for t in ("sockperf", "iperf3", "redis-server", "nginx", "wrk", "haproxy", "curl", "cc", "memcached",
+                                "memcaslap") if not shutil.which(t)]
     try:
         import matplotlib  # noqa: F401
         have_mpl = True
@@ -52,6 +53,10 @@ def ensure_tools():
 
 
 ensure_tools()
+# servers and load generators with 1,000 connections need more than 1,024 fds
+import resource
+_soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(_hard, 65536) if _hard != resource.RLIM_INFINITY else 65536, _hard))
 FULL = args.mode == "full"
 S = args.secs or (5 if FULL else 2)
 REPS = args.reps or (3 if FULL else 1)
@@ -230,13 +235,25 @@ def redis(mode, test="get", clients=1):
     return float(m.group(2)) * 1000, float(m.group(1))
 
 
+def memcached(mode, clients):
+    """memcached (one worker thread) under memcaslap (Debian's
+    libmemcached-tools: one thread, `clients` connections, 9:1 get:set):
+    requests/s."""
+    p = port()
+    srv = start(["memcached", "-u", "root" if os.geteuid() == 0 else os.environ.get("USER", "nobody"),
+                 "-l", "127.0.0.1", "-p", str(p), "-U", "0", "-t", "1", "-c", str(clients + 64)], mode, port=p)
+    out = run(["memcaslap", "-s", f"127.0.0.1:{p}", "-T", "1", "-c", str(clients), "-t", f"{S}s"], mode).stdout
+    stop(srv)
+    return float(re.findall(r"TPS: (\d+)", out)[-1])
+
+
 def nginx_conf(d, p, upstream=None):
     os.makedirs(d + "/www", mode=0o755, exist_ok=True)
     open(d + "/www/s.txt", "w").write("x" * 100)
     with open(d + "/www/big.bin", "wb") as f:
         f.write(os.urandom(1 << 20))
     open(d + "/nginx.conf", "w").write(f"""worker_processes 1; pid {d}/nginx.pid; error_log {d}/e.log;
-events {{}} http {{ access_log off; sendfile on; client_body_temp_path {d}; proxy_temp_path {d};
+worker_rlimit_nofile 8192; events {{ worker_connections 4096; }} http {{ access_log off; sendfile on; client_body_temp_path {d}; proxy_temp_path {d};
 fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};
 server {{ listen 127.0.0.1:{p}; root {d}/www; }} }}""")
 
@@ -351,7 +368,7 @@ def web_service(mode, conns=1, pins=(None, None)):
     subprocess.run(["redis-cli", "-p", str(r), "set", "page", "v" * 100], capture_output=True)
     app = start([tool("webkv"), str(w), str(r), "page"], mode, pins[0], port=w)
     open(d + "/nginx.conf", "w").write(f"""worker_processes 1; pid {d}/nginx.pid; error_log {d}/e.log;
-events {{}} http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d};
+worker_rlimit_nofile 8192; events {{ worker_connections 4096; }} http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d};
 fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};
 upstream app {{ server 127.0.0.1:{w}; keepalive 16; }}
 server {{ listen 127.0.0.1:{p}; location / {{ proxy_pass http://app; proxy_http_version 1.1;
@@ -453,8 +470,11 @@ for test in ("get", "set"):
     for clients in ((1, 50, 100, 1000) if FULL else (1, 50, 1000)):
         measure(f"redis-benchmark {test.upper()}, {clients} client{'s' if clients > 1 else ''}", redis, test, clients,
                 metrics=RD)
+for clients in ((50, 100, 1000) if FULL else (50, 1000)):
+    measure(f"memcached, memcaslap {clients} clients (9:1 get:set)", memcached, clients,
+            metrics=[("", "req/s", "higher", 0)])
 for path, label in (("s.txt", "100 B"), ("big.bin", "1 MiB")):
-    for conns in (1, 32):
+    for conns in (1, 32) + ((100, 1000) if FULL and label == "100 B" else (1000,) if label == "100 B" else ()):
         measure(f"nginx {label} file, wrk {conns} connection{'s' if conns > 1 else ''}", nginx, path, conns,
                 metrics=RD)
 measure("curl 64 MiB from nginx (sendfile), one download", download, metrics=[("", "MiB/s", "higher", 0)])
