@@ -25,6 +25,11 @@
   8. a hostile peer scribbles over the queues of the link it shares with an
      epoll server that takes its announcements: the server logs it, does
      not crash, and its connections to that peer keep working (by tokens).
+  9. sleepers while another thread serves a busy connection (its epoll
+     loop holds link leases): receivers asleep in recv, and a thread asleep
+     in epoll_wait on a pipe alone that is given a connection by another
+     thread; the peer's bytes wake each of them, natively and under dsock,
+     every round (tests/faults/sleeper_given_conn.py).
 
 Each check prints ok/FAIL; exit 0 on pass; last line 'faults: N passed, N failed'."""
 import os, shutil, signal, subprocess, sys, tempfile, time
@@ -468,6 +473,21 @@ while True: a.sendall(b"z" * 65536)
     err = srv.stderr.read()
     check("8. the server took announcements from the link before", "announcements taken" in err, err[-600:])
     check("8. ... and logged the broken queue for the operator", "broke the rules" in err, err[-600:])
+
+    # ---- 9. sleepers while another thread polls -------------------------------
+    ls = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sleeper_given_conn.py")
+    nat = subprocess.run([PY, ls, "5"], capture_output=True, text=True, timeout=120).stdout.split()
+    rep = os.path.join(tmp, "ls.report")
+    ds = subprocess.run([DSOCK, "run", "--", PY, ls, "5"], env=dict(ENV, DSOCK_FASTPATH_REPORT=rep),
+                        capture_output=True, text=True, timeout=120)
+    try:
+        rings = sum(int(l.split()[1]) for l in open(rep))
+    except OSError:
+        rings = 0
+    check("9. sleepers beside a busy poller wake (recv; epoll on a pipe, given a connection): natively 5 of 5",
+          nat == ["woke", "5"], nat)
+    check("9. ... and under dsock, 5 of 5, the connections on the rings",
+          ds.stdout.split() == ["woke", "5"] and rings >= 5, (ds.stdout, ds.stderr[-300:], rings))
 
 finally:
     for p in procs:

@@ -632,6 +632,8 @@ void dsock_epset_fork_parent(void)
 
 void dsock_epset_fork_child(void)
 {
+	/* no thread but the forking one, and it is not asleep */
+	atomic_store(&dsock_sleepers, 0);
 	dsock_hidden_fork(2);
 	pthread_mutex_init(&mu, NULL);
 }

@@ -400,6 +400,13 @@ void shm_link_collect(int64_t now)
 	int64_t lease = shm_lease_ns;
 	if (now && lease > SHORT_LEASE_NS && dsock_spin_seen_contention(now))
 		lease = SHORT_LEASE_NS;
+	/* no lease while a thread of ours sleeps: one published now, though
+	 * ended below, would let a producer announce to us in between, and
+	 * the entry we take then wakes nobody (a sleeper took the queues
+	 * before it slept; one that counts itself after this look waits for
+	 * links_mu and ends what we publish) */
+	if (atomic_load(&dsock_sleepers) > 0)
+		now = 0;
 	for (struct shm_link *l = links; l; l = l->next) {
 		if (l->broken)
 			continue;
