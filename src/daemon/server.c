@@ -62,7 +62,6 @@ static struct dd_client *clients;
 static int nclients_max, nclients;
 static struct dd_stats stats;
 static int ep;
-static uint32_t out_seq;
 static uint64_t next_gen = 1;
 static int nbacklogged; /* clients whose outbox holds results */
 
@@ -107,44 +106,15 @@ static void client_close(uint32_t slot)
 	nclients--;
 }
 
-/* Sends one message, with pass_fd attached when >= 0.  flags: 0 blocks up
- * to SO_SNDTIMEO (a CLI that stops reading costs at most that, then is
- * dropped); MSG_DONTWAIT for libraries, which must never stall the daemon. */
-static int send_msg_fd(int fd, uint16_t type, const void *payload, size_t len, int pass_fd, int flags)
-{
-	union { struct dsock_msg_hdr h; char b[DSOCK_MSG_MAX]; } m;
-	union dsock_cmsg_one cm;
-	struct iovec v;
-	struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1 };
-
-	if (sizeof(m.h) + len > sizeof(m))
-		return -EMSGSIZE;
-	dsock_msg_init(&m.h, type, len, ++out_seq);
-	if (len)
-		memcpy(m.b + sizeof(m.h), payload, len);
-	v.iov_base = m.b;
-	v.iov_len = sizeof(m.h) + len;
-	dsock_cmsg_put_fd(&mh, &cm, pass_fd);
-	return sendmsg(fd, &mh, MSG_NOSIGNAL | flags) < 0 ? -errno : 0;
-}
-
 static int send_msg(int fd, uint16_t type, const void *payload, size_t len)
 {
-	return send_msg_fd(fd, type, payload, len, -1, 0);
+	return dd_send_msg_fd(fd, type, payload, len, -1, 0);
 }
 
-/* A refusal that passes once the library reads: its socket is full
- * (EAGAIN), or the fds in flight to this user's unread sockets reach its
- * fd limit (ETOOMANYREFS: the kernel counts them against RLIMIT_NOFILE). */
-static int transient(int rc)
+static void mail_sent(struct dd_client *c, unsigned n)
 {
-	return rc == -EAGAIN || rc == -ENOBUFS || rc == -ETOOMANYREFS || rc == -ENOMEM;
-}
-
-static void mail_sent(struct dd_client *c)
-{
-	if (c->proc && c->proc->mail)
-		__atomic_add_fetch(&c->proc->mail->mail_seq, 1, __ATOMIC_RELEASE);
+	if (n && c->proc && c->proc->mail)
+		__atomic_add_fetch(&c->proc->mail->mail_seq, n, __ATOMIC_RELEASE);
 }
 
 /* EPOLLOUT while the socket is full; a refusal for fds in flight is
@@ -158,26 +128,17 @@ static void want_out(uint32_t slot, int on)
 		c->out_armed = on;
 }
 
-/* Sends what waits in slot's outbox, oldest first, while the socket
- * takes it. */
+/* Sends what waits in slot's outbox while the socket takes it. */
 static void flush_out(uint32_t slot)
 {
 	struct dd_client *c = &clients[slot];
-	int rc = 0;
+	unsigned sent;
+	int rc = dd_outbox_flush(&c->out, c->fd, &sent);
 
-	while (c->out.n) {
-		const struct dd_out *e = dd_outbox_peek(&c->out);
-		rc = send_msg_fd(c->fd, DSOCK_MSG_RESULT, &e->r, sizeof(e->r), e->fd, MSG_DONTWAIT);
-		if (rc && transient(rc))
-			break;
-		if (rc) { /* gone: its read side closes the client */
-			DSOCK_WARN("cannot send %zu pairing results to pid %d: %s", c->out.n, c->cred.pid,
-				   strerror(-rc));
-			dd_outbox_clear(&c->out);
-			break;
-		}
-		mail_sent(c);
-		dd_outbox_pop(&c->out);
+	mail_sent(c, sent);
+	if (rc && !dd_send_transient(rc)) { /* gone: its read side closes the client */
+		DSOCK_WARN("cannot send %zu pairing results to pid %d: %s", c->out.n, c->cred.pid, strerror(-rc));
+		dd_outbox_clear(&c->out);
 	}
 	if (!c->out.n)
 		nbacklogged--;
@@ -192,12 +153,12 @@ int dd_send_result(const struct dd_reply_to *to, const struct dsock_msg_result *
 	if (to->slot >= (uint32_t)nclients_max || c->fd < 0 || c->gen != to->gen)
 		return -ESRCH; /* the process left meanwhile */
 	if (!c->out.n) {
-		rc = send_msg_fd(c->fd, DSOCK_MSG_RESULT, r, sizeof(*r), fd, MSG_DONTWAIT);
+		rc = dd_send_msg_fd(c->fd, DSOCK_MSG_RESULT, r, sizeof(*r), fd, MSG_DONTWAIT);
 		if (rc == 0) {
-			mail_sent(c);
+			mail_sent(c, 1);
 			return 0;
 		}
-		if (!transient(rc)) {
+		if (!dd_send_transient(rc)) {
 			DSOCK_WARN("cannot send a pairing result to pid %d: %s", c->cred.pid, strerror(-rc));
 			return rc;
 		}

@@ -119,9 +119,7 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 		/* we may sleep: end the leases before looking (see ready.h) */
 		int sleeping = timeout_ms != 0;
 		if (sleeping) {
-			atomic_fetch_add(&dsock_sleepers, 1);
-			dsock_renew_at = 0;
-			dsock_transports_before_sleep();
+			dsock_sleep_begin();
 		}
 		for (nfds_t i = 0; i < n; i++) {
 			k[i] = fds[i];

@@ -259,6 +259,13 @@ void dsock_poller_renew(void)
 	dsock_transports_collect(now);
 }
 
+void dsock_sleep_begin(void)
+{
+	atomic_fetch_add(&dsock_sleepers, 1);
+	dsock_renew_at = 0;
+	dsock_transports_before_sleep();
+}
+
 static int kernel_look(int epfd, struct epoll_event *ev, int max, long long now)
 {
 	int n = dsock_real.epoll_wait(epfd, ev, max, 0);
@@ -361,9 +368,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	}
 	if (blocking && fast) {
 		/* about to sleep: end the leases, then look once more */
-		atomic_fetch_add(&dsock_sleepers, 1);
-		dsock_renew_at = 0;
-		dsock_transports_before_sleep();
+		dsock_sleep_begin();
 		if ((n = epoll_now(epfd, ev, max, 0, 0, 0)) != 0 || (n = dsock_epset_parked_ready(epfd, ev, max)) != 0) {
 			atomic_fetch_sub(&dsock_sleepers, 1);
 			return n;

@@ -53,6 +53,10 @@ static inline void dsock_wait_end(long long t0_ns)
  * promise (ready.c). */
 extern __thread int64_t dsock_renew_at;
 void dsock_poller_renew(void);
+/* This thread is about to sleep in the kernel, waiting on sockets:
+ * counted in dsock_sleepers, it renews nothing, and the transports end
+ * their leases (before_sleep) before its last look. */
+void dsock_sleep_begin(void);
 static inline void dsock_poller_busy(void)
 {
 	if (__builtin_expect(dsock_renew_at != 0, 0))

@@ -397,9 +397,6 @@ void shm_link_collect(int64_t now)
 		return;
 	if (pthread_mutex_trylock(&links_mu))
 		return; /* another poller of ours is at it */
-	int64_t lease = shm_lease_ns;
-	if (now && lease > SHORT_LEASE_NS && dsock_spin_seen_contention(now))
-		lease = SHORT_LEASE_NS;
 	/* no lease while a thread of ours sleeps: one published now, though
 	 * ended below, would let a producer announce to us in between, and
 	 * the entry we take then wakes nobody (a sleeper took the queues
@@ -407,6 +404,9 @@ void shm_link_collect(int64_t now)
 	 * links_mu and ends what we publish) */
 	if (atomic_load(&dsock_sleepers) > 0)
 		now = 0;
+	int64_t lease = shm_lease_ns;
+	if (now && lease > SHORT_LEASE_NS && dsock_spin_seen_contention(now))
+		lease = SHORT_LEASE_NS;
 	for (struct shm_link *l = links; l; l = l->next) {
 		if (l->broken)
 			continue;
