@@ -3,11 +3,14 @@
 loop holds link leases: a producer announces there instead of sending a
 token).  The main thread warms each connection with blocking receives (a
 receiver asleep in recv), then, per round, a thread asleep in epoll_wait
-on a set of a pipe alone is given the round's connection by the main
-thread (epoll_ctl ADD), and the peer writes on it.  Every sleeper wakes
-(natively it does): a sleeper counts itself and ends the leases before its
-last look, and no lease is published while one sleeps, or an entry taken
-by the poller wakes nobody.
+on a set of a pipe alone (from the third round on, of the listener and a
+pipe, as memcached's acceptor) is given the round's connection by the
+main thread (epoll_ctl ADD), and the peer writes on it.  Every sleeper
+wakes (natively it does): a sleeper counts itself and ends the leases
+before its last look, and no lease is published while one sleeps, or an
+entry taken by the poller wakes nobody; a sleeper on a set of nothing a
+transport may carry sleeps light (leaving the leases on), and the ADD
+promotes it first (src/lib/sock/light.h).
 Usage: sleeper_given_conn.py ROUNDS; prints "woke N" (rounds in which the
 sleeper saw the connection readable within 5 s)."""
 import os, select, socket, sys, threading, time
@@ -73,6 +76,8 @@ ep = select.epoll()
 ep.register(pr, select.EPOLLIN)
 woke = 0
 for k, c in enumerate(conns):
+    if k == 2:
+        ep.register(l.fileno(), select.EPOLLIN)
     got = []
     t = threading.Thread(target=lambda: got.append(ep.poll(5.0)))
     t.start()

@@ -27,9 +27,10 @@
      not crash, and its connections to that peer keep working (by tokens).
   9. sleepers while another thread serves a busy connection (its epoll
      loop holds link leases): receivers asleep in recv, and a thread asleep
-     in epoll_wait on a pipe alone that is given a connection by another
-     thread; the peer's bytes wake each of them, natively and under dsock,
-     every round (tests/faults/sleeper_given_conn.py).
+     in epoll_wait on a pipe (then a listener and a pipe: a light sleeper)
+     that is given a connection by another thread; the peer's bytes wake
+     each of them, natively and under dsock, every round
+     (tests/faults/sleeper_given_conn.py).
 
 Each check prints ok/FAIL; exit 0 on pass; last line 'faults: N passed, N failed'."""
 import os, shutil, signal, subprocess, sys, tempfile, time

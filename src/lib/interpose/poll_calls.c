@@ -1,6 +1,7 @@
 /* Readiness calls: the kernel's answer, plus fast-path data the kernel
  * socket does not show (lib/sock/ready.c). */
 #include "lib/interpose/api.h"
+#include "lib/sock/light.h"
 #include "lib/sock/ready.h"
 
 DSOCK_API int poll(struct pollfd *fds, nfds_t n, int timeout)
@@ -26,12 +27,20 @@ DSOCK_API int pselect(int n, fd_set *r, fd_set *w, fd_set *e, const struct times
 
 DSOCK_API int epoll_create(int size)
 {
-	return (int)dsock_ret(SYSRET(dsock_real.epoll_create(size)));
+	long r = SYSRET(dsock_real.epoll_create(size));
+
+	if (r >= 0 && !DSOCK_GUARDED())
+		dsock_light_born((int)r);
+	return (int)dsock_ret(r);
 }
 
 DSOCK_API int epoll_create1(int flags)
 {
-	return (int)dsock_ret(SYSRET(dsock_real.epoll_create1(flags)));
+	long r = SYSRET(dsock_real.epoll_create1(flags));
+
+	if (r >= 0 && !DSOCK_GUARDED())
+		dsock_light_born((int)r);
+	return (int)dsock_ret(r);
 }
 
 DSOCK_API int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)

@@ -6,6 +6,8 @@
  * and by socket, and the hidden-readable sockets are a short list of their
  * own (a wait walks that list, not the members). */
 #include "lib/sock/epset.h"
+#include "lib/sock/epset_int.h"
+#include "lib/sock/light.h"
 #include "lib/base/grow.h"
 #include "lib/base/proc.h"
 #include "lib/base/real.h"
@@ -27,30 +29,8 @@
 
 #define BUCKETS 4096u /* per index; chains stay short up to ~100k members */
 
-struct member {
-	int epfd, fd;
-	unsigned events;
-	uint64_t data;
-	int disarmed;               /* EPOLLONESHOT reported by us */
-	int in_added;               /* EPOLLIN added for the kernel (ready.h) */
-	int parked;                 /* level-triggered EPOLLOUT taken out of the
-				     * kernel's registration (EPOLLIN in, for the
-				     * space token) while the transport has no room */
-	uint64_t mark;              /* EPOLLET: the arrival count last reported */
-	int watched;                /* its transport has waits (watch.h) */
-	struct dsock_watch w;       /* and these other fds stand for it too */
-	struct dsock_sock *sock;    /* the socket at registration; NULL: an epoll set */
-	/* chains: every member, by fd, by (epfd, data), by socket */
-	struct member *next[4], **pprev[4];
-};
-
-enum { ALL, BY_FD, BY_DATA, BY_SOCK };
-
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t dsock_epset_mu = PTHREAD_MUTEX_INITIALIZER;
 _Atomic long dsock_epoll_in_added;
-_Atomic long dsock_epoll_parked;
-static struct member **parked_v; /* the parked members (few: full buffers) */
-static size_t nparked_v, parked_cap;
 
 unsigned dsock_epoll_kernel_events(int fd, unsigned events)
 {
@@ -62,7 +42,7 @@ unsigned dsock_epoll_kernel_events(int fd, unsigned events)
 	return events;
 }
 
-static void set_in_added(struct member *m, int on)
+void dsock_epset_in_added(struct member *m, int on)
 {
 	if (m->in_added != on)
 		atomic_fetch_add(&dsock_epoll_in_added, on ? 1 : -1);
@@ -140,26 +120,6 @@ static void link_out(struct member *m, int k)
 }
 
 /* (mu held) */
-static void set_parked(struct member *m, int on)
-{
-	if (m->parked == on)
-		return;
-	if (on) {
-		if (dsock_grow(&parked_v, &parked_cap, nparked_v, sizeof(*parked_v), 16))
-			return; /* not parked: it stays as it was */
-		parked_v[nparked_v++] = m;
-	} else {
-		for (size_t i = 0; i < nparked_v; i++)
-			if (parked_v[i] == m) {
-				parked_v[i] = parked_v[--nparked_v];
-				break;
-			}
-	}
-	m->parked = on;
-	atomic_fetch_add(&dsock_epoll_parked, on ? 1 : -1);
-}
-
-/* (mu held) */
 static void watch(struct member *m)
 {
 	int on = dsock_watch_apply(&m->w, m->epfd, m->fd, m->data, m->events, m->disarmed, m->sock);
@@ -174,11 +134,13 @@ static void drop(struct member *m)
 	dsock_watch_drop(&m->w, m->epfd);
 	if (m->watched)
 		atomic_fetch_sub(&dsock_epoll_watched, 1);
-	set_parked(m, 0);
-	set_in_added(m, 0);
+	dsock_epset_set_parked(m, 0);
+	dsock_epset_in_added(m, 0);
 	for (int k = 0; k < 4; k++)
 		link_out(m, k);
 	set_count(m->epfd, -1);
+	if (m->capable)
+		dsock_light_member(m->epfd, -1, 0);
 	atomic_fetch_sub(&nmembers, 1);
 	free(m);
 }
@@ -205,13 +167,30 @@ static struct member *find(int epfd, int fd)
 	return NULL;
 }
 
+/* 1 if a transport may ever carry fd's data (light.h): an Internet stream
+ * socket that never listened, or an epoll set */
+static int capable(const struct dsock_sock *s)
+{
+	return !s || (s->type == SOCK_STREAM && (s->domain == AF_INET || s->domain == AF_INET6) &&
+		      !(atomic_load(&s->flags) & DSOCK_SF_LISTENED));
+}
+
+/* 1 if epfd is a member of another set */
+static int nested(int epfd)
+{
+	for (struct member *m = heads[BY_FD] ? heads[BY_FD][h_fd(epfd)] : NULL; m; m = m->next[BY_FD])
+		if (m->fd == epfd && !m->sock)
+			return 1;
+	return 0;
+}
+
 int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	struct dsock_sock *s = dsock_fdt_peek(fd);
 	struct epoll_event kv, *kev = ev;
 	unsigned kernel_events = 0;
 	struct member *m;
-	int r;
+	int r, cap = 0;
 
 	if (ev && (op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD)) {
 		kv = *ev;
@@ -223,29 +202,36 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		return dsock_real.epoll_ctl(epfd, op, fd, kev) < 0 ? -errno : 0;
 	/* the kernel's change and ours together: a parking (its own MOD) in
 	 * between would put back what the application just changed */
-	pthread_mutex_lock(&mu);
+	pthread_mutex_lock(&dsock_epset_mu);
+	m = find(epfd, fd);
+	/* (MOD of an fd we do not track: a socket added while dsock did not
+	 * know it yet; anything else stays untracked, as at its ADD) */
+	int joins = !m && ev && (op == EPOLL_CTL_ADD || (op == EPOLL_CTL_MOD && s));
+	if (joins && (cap = capable(s)))
+		dsock_light_member(epfd, 1, nested(epfd)); /* before the kernel has it */
 	if (dsock_real.epoll_ctl(epfd, op, fd, kev) < 0) {
 		r = -errno;
-		pthread_mutex_unlock(&mu);
+		if (cap)
+			dsock_light_member(epfd, -1, 0);
+		pthread_mutex_unlock(&dsock_epset_mu);
 		return r;
 	}
-	if ((m = find(epfd, fd))) {
+	if (m) {
 		if (op == EPOLL_CTL_DEL) {
 			drop(m);
 		} else if (ev) {
 			link_out(m, BY_DATA);
-			set_in_added(m, kernel_events != ev->events);
+			dsock_epset_in_added(m, kernel_events != ev->events);
 			m->events = ev->events;
 			m->data = ev->data.u64;
 			m->disarmed = 0;
-			set_parked(m, 0); /* the kernel has the application's events again */
+			dsock_epset_set_parked(m, 0); /* the kernel has the application's events again */
 			m->mark = 0; /* MOD reports data already there */
 			link_in(m, BY_DATA);
 			if (m->watched || (s && s->tp && s->tp->waits))
 				watch(m);
 		}
-	} else if ((op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && ev) {
-		/* (MOD: one added while dsock did not track the fd yet) */
+	} else if (joins) {
 		if (!heads[BY_FD]) {
 			for (int k = BY_FD; k <= BY_SOCK; k++)
 				heads[k] = calloc(BUCKETS, sizeof(struct member *));
@@ -260,8 +246,9 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		m = calloc(1, sizeof(*m));
 		if (!m)
 			goto out;
-		*m = (struct member){ .epfd = epfd, .fd = fd, .events = ev->events, .data = ev->data.u64, .sock = s };
-		set_in_added(m, kernel_events != ev->events);
+		*m = (struct member){ .epfd = epfd, .fd = fd, .events = ev->events, .data = ev->data.u64, .sock = s,
+				      .capable = cap };
+		dsock_epset_in_added(m, kernel_events != ev->events);
 		for (int k = 0; k < 4; k++)
 			link_in(m, k);
 		set_count(epfd, 1);
@@ -270,7 +257,7 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 			watch(m);
 	}
 out:
-	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&dsock_epset_mu);
 	return 0;
 }
 
@@ -278,14 +265,15 @@ void dsock_epoll_forget_range(unsigned first, unsigned last)
 {
 	int a_set = sets_lost;
 
-	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
-		return;
 	/* a vfork child closes its own fds, not ours: our sets stay (else
 	 * they drop the parent's members, and its epoll_wait misses hidden
 	 * data) */
 	if (!dsock_table_owner())
 		return;
-	pthread_mutex_lock(&mu);
+	dsock_light_forget(first, last);
+	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&dsock_epset_mu);
 	for (size_t i = 0; i < nsets; i++)
 		a_set |= (unsigned)sets[i].epfd >= first && (unsigned)sets[i].epfd <= last;
 	if (first == last && !a_set) {
@@ -303,7 +291,7 @@ void dsock_epoll_forget_range(unsigned first, unsigned last)
 				drop(m);
 		}
 	}
-	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&dsock_epset_mu);
 }
 
 void dsock_epoll_forget_fd(int fd)
@@ -321,7 +309,7 @@ int dsock_epset_member_fd(int epfd, uint64_t data)
 
 /* The one member of epfd with this data (mu held), or NULL (none, or two
  * share the data: we cannot tell). */
-static struct member *by_data(int epfd, uint64_t data)
+struct member *dsock_epset_by_data(int epfd, uint64_t data)
 {
 	struct member *found = NULL;
 
@@ -342,12 +330,12 @@ int dsock_epset_lookup(int epfd, uint64_t data, struct dsock_epmember *out)
 	*out = (struct dsock_epmember){ .fd = -1 };
 	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
 		return -1;
-	pthread_mutex_lock(&mu);
-	if ((m = by_data(epfd, data)))
+	pthread_mutex_lock(&dsock_epset_mu);
+	if ((m = dsock_epset_by_data(epfd, data)))
 		*out = (struct dsock_epmember){ .fd = m->fd, .events = m->events, .in_added = m->in_added,
 						.parked = m->parked, .watched = m->watched,
 						.disarmed = m->disarmed };
-	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&dsock_epset_mu);
 	return out->fd;
 }
 
@@ -355,131 +343,23 @@ void dsock_sock_rewatch(struct dsock_sock *s)
 {
 	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
 		return;
-	pthread_mutex_lock(&mu);
+	pthread_mutex_lock(&dsock_epset_mu);
 	for (struct member *m = heads[BY_SOCK] ? heads[BY_SOCK][h_sock(s)] : NULL; m; m = m->next[BY_SOCK])
 		if (m->sock == s)
 			watch(m);
-	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&dsock_epset_mu);
 }
 
 void dsock_epset_oneshot(int epfd, uint64_t data, int reported)
 {
 	struct member *m;
 
-	pthread_mutex_lock(&mu);
-	if ((m = by_data(epfd, data)) && !m->disarmed && m->watched) {
+	pthread_mutex_lock(&dsock_epset_mu);
+	if ((m = dsock_epset_by_data(epfd, data)) && !m->disarmed && m->watched) {
 		m->disarmed = reported;
 		watch(m);
 	}
-	pthread_mutex_unlock(&mu);
-}
-
-/* ---- level-triggered EPOLLOUT with no room in the transport -----------------
- * The kernel socket of a transport's connection is always writable (it
- * carries only tokens), so a level-triggered registration for EPOLLOUT
- * would be reported at every wait while the transport has no room, and a loop
- * waiting for room would spin.  Such a registration is parked: EPOLLOUT
- * leaves the kernel's registration and EPOLLIN joins it (edge-triggered
- * when the application did not ask for it: unread data behind a
- * token must not wake every wait), for the space token the consumer sends
- * once it frees room (the caller asks for one).  A token can be drained by
- * another thread of ours before the kernel reports it, and a connection
- * can go back to the kernel with none, so our epoll_wait also looks at
- * the parked members before it sleeps and every PARK_SLICE while it does
- * (ready.c).  The registration goes back as it was once there is room.
- * Edge-triggered ones have their own way (dsock_epoll_kernel_events), and
- * one-shot ones are left alone (a MOD would re-arm them). */
-static int kernel_mod(struct member *m, unsigned events)
-{
-	struct epoll_event e = { .events = events, .data.u64 = m->data };
-
-	return dsock_real.epoll_ctl(m->epfd, EPOLL_CTL_MOD, m->fd, &e);
-}
-
-int dsock_epset_park(int epfd, uint64_t data)
-{
-	unsigned in = EPOLLIN;
-	struct member *m;
-	int r = 0;
-
-	pthread_mutex_lock(&mu);
-	if ((m = by_data(epfd, data)) && !(m->events & EPOLLIN))
-		in |= EPOLLET;
-	if (m && !m->parked && m->sock && !(m->events & (EPOLLET | EPOLLONESHOT)) &&
-	    kernel_mod(m, (m->events & ~(unsigned)(EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND)) | in) == 0) {
-		set_parked(m, 1);
-		set_in_added(m, !(m->events & EPOLLIN));
-		r = m->parked;
-	}
-	pthread_mutex_unlock(&mu);
-	return r;
-}
-
-/* (mu held) */
-static void unpark(struct member *m)
-{
-	unsigned k = dsock_epoll_kernel_events(m->fd, m->events);
-
-	kernel_mod(m, k);
-	set_parked(m, 0);
-	set_in_added(m, k != m->events);
-}
-
-void dsock_epset_unpark(int epfd, uint64_t data)
-{
-	struct member *m;
-
-	pthread_mutex_lock(&mu);
-	if ((m = by_data(epfd, data)) && m->parked)
-		unpark(m);
-	pthread_mutex_unlock(&mu);
-}
-
-/* The socket at fd (still sock) would take a send, or the kernel now
- * carries it: EPOLLOUT, with EPOLLERR and EPOLLHUP as its transport says
- * (dsock_tp_writable); 0 with a space token asked for.  No lock of ours
- * held: the reference may be the last, whose release takes them. */
-static unsigned has_room(int fd, const struct dsock_sock *sock)
-{
-	const struct dsock_transport *tp;
-	struct dsock_sock *s = dsock_sock_carried(fd, &tp);
-	int w = EPOLLOUT;
-
-	if (!s)
-		return EPOLLOUT;
-	if (s == sock && (w = dsock_tp_writable(s, fd, tp)) < 0)
-		w = EPOLLOUT;
-	dsock_sock_put(s);
-	return (unsigned)w;
-}
-
-int dsock_epset_parked_ready(int epfd, struct epoll_event *out, int max)
-{
-	struct { int fd; uint64_t data; unsigned events; const struct dsock_sock *sock; } cand[64];
-	int nc = 0, n = 0;
-
-	if (!atomic_load_explicit(&dsock_epoll_parked, memory_order_relaxed) || max <= 0)
-		return 0;
-	pthread_mutex_lock(&mu);
-	for (size_t i = 0; i < nparked_v && nc < 64; i++)
-		if (parked_v[i]->epfd == epfd)
-			cand[nc++] = (typeof(cand[0])){ parked_v[i]->fd, parked_v[i]->data, parked_v[i]->events,
-							 parked_v[i]->sock };
-	pthread_mutex_unlock(&mu);
-	for (int i = 0; i < nc && n < max; i++) {
-		struct member *m;
-		unsigned room = has_room(cand[i].fd, cand[i].sock);
-		if (!room)
-			continue;
-		pthread_mutex_lock(&mu);
-		if ((m = by_data(epfd, cand[i].data)) && m->parked && m->fd == cand[i].fd) {
-			unpark(m);
-			out[n].events = (cand[i].events & (EPOLLOUT | EPOLLWRNORM)) | (room & (EPOLLERR | EPOLLHUP));
-			out[n++].data.u64 = cand[i].data;
-		}
-		pthread_mutex_unlock(&mu);
-	}
-	return n;
+	pthread_mutex_unlock(&dsock_epset_mu);
 }
 
 /* A member that needs the kernel's look in the same call as ours: it
@@ -575,9 +455,9 @@ int dsock_epset_readable(int epfd)
 	if (!atomic_load_explicit(&nmembers, memory_order_relaxed) ||
 	    !atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed))
 		return 0;
-	pthread_mutex_lock(&mu);
+	pthread_mutex_lock(&dsock_epset_mu);
 	r = set_or_nested_has_hidden(epfd);
-	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&dsock_epset_mu);
 	return r;
 }
 
@@ -587,10 +467,10 @@ int dsock_epset_is_set(int fd)
 
 	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
 		return 0;
-	pthread_mutex_lock(&mu);
+	pthread_mutex_lock(&dsock_epset_mu);
 	for (size_t i = 0; i < nsets && !r; i++)
 		r = sets[i].epfd == fd;
-	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&dsock_epset_mu);
 	return r;
 }
 
@@ -601,7 +481,7 @@ int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int *wants_ke
 	*wants_kernel = 0;
 	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
 		return 0;
-	pthread_mutex_lock(&mu);
+	pthread_mutex_lock(&dsock_epset_mu);
 	emitted_wants_kernel = 0;
 	n = hidden_in_set(epfd, out, max);
 	/* epoll sets nested in epfd (one level): hidden data inside counts;
@@ -613,21 +493,21 @@ int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int *wants_ke
 			n += emit(m, &out[n]);
 	}
 	*wants_kernel = emitted_wants_kernel;
-	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&dsock_epset_mu);
 	return n;
 }
 
 /* fork: the lists must not be caught half-changed by another thread */
 void dsock_epset_fork_prepare(void)
 {
-	pthread_mutex_lock(&mu);
+	pthread_mutex_lock(&dsock_epset_mu);
 	dsock_hidden_fork(0);
 }
 
 void dsock_epset_fork_parent(void)
 {
 	dsock_hidden_fork(1);
-	pthread_mutex_unlock(&mu);
+	pthread_mutex_unlock(&dsock_epset_mu);
 }
 
 void dsock_epset_fork_child(void)
@@ -635,5 +515,6 @@ void dsock_epset_fork_child(void)
 	/* no thread but the forking one, and it is not asleep */
 	atomic_store(&dsock_sleepers, 0);
 	dsock_hidden_fork(2);
-	pthread_mutex_init(&mu, NULL);
+	dsock_light_fork_child();
+	pthread_mutex_init(&dsock_epset_mu, NULL);
 }

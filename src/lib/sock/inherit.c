@@ -46,6 +46,7 @@ static void adopt(int fd)
 	if (listening) {
 		s->state = DSOCK_ST_LISTENING;
 		s->reason = DSOCK_R_LISTENER;
+		atomic_fetch_or(&s->flags, DSOCK_SF_LISTENED);
 	} else if (dsock_real.getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
 		s->state = DSOCK_ST_CONNECTED;
 		s->reason = DSOCK_R_INHERITED;

@@ -133,6 +133,7 @@ int dsock_sock_listen(int fd, int backlog)
 		int was = s->state == DSOCK_ST_LISTENING;
 		s->state = DSOCK_ST_LISTENING;
 		s->reason = DSOCK_R_LISTENER;
+		atomic_fetch_or(&s->flags, DSOCK_SF_LISTENED);
 		if (is_inet(s) && !was)
 			dsock_sock_report(s, fd, DSOCK_EV_OPEN);
 		dsock_sock_put(s);
@@ -168,7 +169,9 @@ int dsock_sock_connect(int fd, const struct sockaddr *a, socklen_t len)
 		int given = s->type == SOCK_STREAM && a &&
 			    ((a->sa_family == AF_INET && len >= sizeof(struct sockaddr_in) && s->domain == AF_INET) ||
 			     (a->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6) && s->domain == AF_INET6));
-		if (!again)
+		/* a listener that connects (after connect(AF_UNSPEC)) stays on
+		 * the kernel (DSOCK_SF_LISTENED) */
+		if (!again && !(atomic_load(&s->flags) & DSOCK_SF_LISTENED))
 			settle(s, fd, DSOCK_ROLE_CONNECT, given ? a : NULL);
 		dsock_sock_put(s);
 	}

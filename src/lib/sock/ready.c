@@ -1,5 +1,6 @@
 #include "lib/sock/ready.h"
 #include "lib/sock/epset.h"
+#include "lib/sock/light.h"
 #include "lib/sock/sock.h"
 #include "lib/sock/watch.h"
 #include "lib/base/real.h"
@@ -334,7 +335,14 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	 * The kernel's epoll does all the work, so every epoll
 	 * semantic stays its own. */
 	int fast = max > 0 && atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) > 0;
-	if (blocking && fast) {
+	/* a set that holds nothing a transport may carry: no spin, and a
+	 * sleep that ends no lease (light.h) */
+	struct dsock_light light;
+	int is_light = blocking && fast && dsock_light_enter(epfd, &light);
+	int heavy = blocking && fast && !is_light;
+	if (is_light)
+		dsock_renew_at = 0;
+	if (heavy) {
 		long long t0 = dsock_mono_ns(), tn = t0, kernel_at = t0;
 		long long budget = dsock_spin_ns && !dsock_spin_contended(t0) ? dsock_spin_ns : -1;
 		int spins = 0;
@@ -366,7 +374,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		if (spins)
 			dsock_spin_outcome(0);
 	}
-	if (blocking && fast) {
+	if (heavy) {
 		/* about to sleep: end the leases, then look once more */
 		dsock_sleep_begin();
 		if ((n = epoll_now(epfd, ev, max, 0, 0, 0)) != 0 || (n = dsock_epset_parked_ready(epfd, ev, max)) != 0) {
@@ -378,7 +386,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	long long deadline = kind == DSOCK_EPW_PWAIT2 ? (t ? dsock_mono_ns() + t->tv_sec * 1000000000LL + t->tv_nsec : -1)
 						     : timeout_ms < 0 ? -1 : dsock_mono_ns() + timeout_ms * 1000000LL;
 	struct timespec left_ts;
-	long long wait_start = blocking && fast ? dsock_mono_ns() : 0;
+	long long wait_start = heavy ? dsock_mono_ns() : 0;
 	for (;;) {
 		/* writers parked while there is no room: a slice at a time
 		 * (their space token may have gone down another thread's drain) */
@@ -416,9 +424,11 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		}
 	}
 	int e = errno;
-	if (blocking && fast) {
+	if (heavy) {
 		atomic_fetch_sub(&dsock_sleepers, 1);
 		dsock_wait_end(wait_start);
+	} else if (is_light) {
+		dsock_light_leave(&light);
 	}
 	return n < 0 ? -e : n;
 }

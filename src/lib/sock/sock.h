@@ -20,6 +20,8 @@ struct dsock_transport;
 #define DSOCK_SF_REPORTED  0x1u /* the daemon has been told about it */
 #define DSOCK_SF_INHERITED 0x2u /* found at start-up (exec inheritance) */
 #define DSOCK_SF_NONBLOCK  0x4u /* O_NONBLOCK as last set through us */
+#define DSOCK_SF_LISTENED  0x8u /* it listened: no transport carries it, ever
+				  * (a set holding it may sleep light: light.h) */
 
 struct dsock_sock {
 	_Atomic int ref;                  /* 0: free */

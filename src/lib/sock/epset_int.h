@@ -1,0 +1,45 @@
+/* The records of epoll registrations, shared by the files of dsock's
+ * epoll wrapper: epset.c (registrations, hidden data) and epark.c
+ * (level-triggered EPOLLOUT parked while a transport has no room). */
+#ifndef DSOCK_EPSET_INT_H
+#define DSOCK_EPSET_INT_H
+
+#include "lib/sock/watch.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+struct dsock_sock;
+
+struct member {
+	int epfd, fd;
+	unsigned events;
+	uint64_t data;
+	int disarmed;               /* EPOLLONESHOT reported by us */
+	int in_added;               /* EPOLLIN added for the kernel (ready.h) */
+	int parked;                 /* level-triggered EPOLLOUT taken out of the
+				     * kernel's registration (EPOLLIN in, for the
+				     * space token) while the transport has no room */
+	uint64_t mark;              /* EPOLLET: the arrival count last reported */
+	int watched;                /* its transport has waits (watch.h) */
+	struct dsock_watch w;       /* and these other fds stand for it too */
+	struct dsock_sock *sock;    /* the socket at registration; NULL: an epoll set */
+	int capable;                /* a transport may carry it (light.h) */
+	/* chains: every member, by fd, by (epfd, data), by socket */
+	struct member *next[4], **pprev[4];
+};
+
+enum { ALL, BY_FD, BY_DATA, BY_SOCK };
+
+/* The lock of every registration record. */
+extern pthread_mutex_t dsock_epset_mu;
+/* The registration of epfd with data; NULL when none, or when two share
+ * the data (mu held). */
+struct member *dsock_epset_by_data(int epfd, uint64_t data);
+/* m's kernel registration has EPOLLIN added to the application's (on), or
+ * not (mu held). */
+void dsock_epset_in_added(struct member *m, int on);
+/* m is parked (on) or not (mu held; epark.c). */
+void dsock_epset_set_parked(struct member *m, int on);
+
+#endif

@@ -1,0 +1,43 @@
+/* Light sleepers: threads asleep in epoll_wait on a set that holds no
+ * member a transport may ever carry (listeners, pipes, eventfds, timers:
+ * the acceptor thread of memcached and of many servers).  No data of a
+ * transport can be due to them, so they neither spin nor count in
+ * dsock_sleepers: the pollers of the process keep their leases, and
+ * producers go on announcing to them instead of sending tokens
+ * (docs/ARCHITECTURE.md, "Light sleepers").
+ *
+ * A set may be slept on light only if dsock saw its creation in this
+ * process image (a set inherited across exec may hold connections we do
+ * not know of) and no member a transport may carry joined it since: an
+ * Internet stream socket that does not listen, or another epoll set
+ * (what that one holds may change).  Such a member joining a set first
+ * promotes the set's light sleepers (all of them, when the set is nested
+ * in another): they count in dsock_sleepers from then on, as if they had
+ * counted when they went to sleep, and the leases end before the kernel
+ * takes the member, so that every later arrival comes with a token. */
+#ifndef DSOCK_LIGHT_H
+#define DSOCK_LIGHT_H
+
+struct dsock_light {
+	int epfd;
+	int promoted; /* counted in dsock_sleepers on our behalf */
+	struct dsock_light *next, **pprev;
+};
+
+/* epoll_create made epfd, empty. */
+void dsock_light_born(int epfd);
+/* fds first..last are closed: sets among them are forgotten. */
+void dsock_light_forget(unsigned first, unsigned last);
+/* A member that a transport may carry joins epfd (+1: before the kernel
+ * has it, promoting the sleepers; nested: epfd is a member of another
+ * set, and every light sleeper is promoted) or left it (-1). */
+void dsock_light_member(int epfd, int delta, int nested);
+/* 1 if a thread about to sleep on epfd may sleep light: then me is
+ * registered until dsock_light_leave. */
+int dsock_light_enter(int epfd, struct dsock_light *me);
+/* me woke: unregistered, and uncounted if it was promoted. */
+void dsock_light_leave(struct dsock_light *me);
+/* A fork child: no thread but the forking one, and it is not asleep. */
+void dsock_light_fork_child(void);
+
+#endif
