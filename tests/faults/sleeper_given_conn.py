@@ -11,11 +11,16 @@ before its last look, and no lease is published while one sleeps, or an
 entry taken by the poller wakes nobody; a sleeper on a set of nothing a
 transport may carry sleeps light (leaving the leases on), and the ADD
 promotes it first (src/lib/sock/light.h).
-Usage: sleeper_given_conn.py ROUNDS; prints "woke N" (rounds in which the
-sleeper saw the connection readable within 5 s)."""
+With "before", the peer writes first and the connection joins the set
+0.2 s later, its bytes already there (announced on the link to the busy
+poller: no token stands for them): the kernel would wake the sleeper at
+the ADD, and so must we (a poke: src/lib/sock/poke.h).
+Usage: sleeper_given_conn.py ROUNDS [before]; prints "woke N" (rounds in
+which the sleeper saw the connection readable within 5 s)."""
 import os, select, socket, sys, threading, time
 
 rounds = int(sys.argv[1])
+before = len(sys.argv) > 2 and sys.argv[2] == "before"
 l = socket.socket()
 l.bind(("127.0.0.1", 0))
 l.listen(64)
@@ -82,8 +87,12 @@ for k, c in enumerate(conns):
     t = threading.Thread(target=lambda: got.append(ep.poll(5.0)))
     t.start()
     time.sleep(0.2)  # asleep by now, on the pipe alone
+    if before:
+        os.write(ctl_w, bytes([k]))
+        time.sleep(0.2)  # the bytes are here
     ep.register(c.fileno(), select.EPOLLIN)
-    os.write(ctl_w, bytes([k]))
+    if not before:
+        os.write(ctl_w, bytes([k]))
     t.join()
     if got and any(fd == c.fileno() for fd, _ in got[0]) and c.recv(4, socket.MSG_WAITALL) == b"data":
         woke += 1

@@ -31,6 +31,10 @@
      that is given a connection by another thread; the peer's bytes wake
      each of them, natively and under dsock, every round
      (tests/faults/sleeper_given_conn.py).
+ 10. the same sleeper on a set of nothing a transport may carry, given a
+     connection whose bytes are already there (announced to the busy
+     poller, no token behind them): natively the ADD wakes it, and under
+     dsock too (a poke), every round.
 
 Each check prints ok/FAIL; exit 0 on pass; last line 'faults: N passed, N failed'."""
 import os, shutil, signal, subprocess, sys, tempfile, time
@@ -488,6 +492,20 @@ while True: a.sendall(b"z" * 65536)
     check("9. sleepers beside a busy poller wake (recv; epoll on a pipe, given a connection): natively 5 of 5",
           nat == ["woke", "5"], nat)
     check("9. ... and under dsock, 5 of 5, the connections on the rings",
+          ds.stdout.split() == ["woke", "5"] and rings >= 5, (ds.stdout, ds.stderr[-300:], rings))
+
+    # ---- 10. a sleeper given a connection with its bytes already there --------
+    nat = subprocess.run([PY, ls, "5", "before"], capture_output=True, text=True, timeout=120).stdout.split()
+    rep = os.path.join(tmp, "lsb.report")
+    ds = subprocess.run([DSOCK, "run", "--", PY, ls, "5", "before"], env=dict(ENV, DSOCK_FASTPATH_REPORT=rep),
+                        capture_output=True, text=True, timeout=120)
+    try:
+        rings = sum(int(l.split()[1]) for l in open(rep))
+    except OSError:
+        rings = 0
+    check("10. a sleeper given a connection whose bytes are there wakes at the ADD: natively 5 of 5",
+          nat == ["woke", "5"], nat)
+    check("10. ... and under dsock, 5 of 5, the connections on the rings",
           ds.stdout.split() == ["woke", "5"] and rings >= 5, (ds.stdout, ds.stderr[-300:], rings))
 
 finally:

@@ -8,6 +8,7 @@
 #include "lib/sock/epset.h"
 #include "lib/sock/epset_int.h"
 #include "lib/sock/light.h"
+#include "lib/sock/poke.h"
 #include "lib/base/grow.h"
 #include "lib/base/proc.h"
 #include "lib/base/real.h"
@@ -190,7 +191,7 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	struct epoll_event kv, *kev = ev;
 	unsigned kernel_events = 0;
 	struct member *m;
-	int r, cap = 0;
+	int r, cap = 0, nest = 0;
 
 	if (ev && (op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD)) {
 		kv = *ev;
@@ -207,8 +208,10 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	/* (MOD of an fd we do not track: a socket added while dsock did not
 	 * know it yet; anything else stays untracked, as at its ADD) */
 	int joins = !m && ev && (op == EPOLL_CTL_ADD || (op == EPOLL_CTL_MOD && s));
+	if (ev && s)
+		nest = nested(epfd);
 	if (joins && (cap = capable(s)))
-		dsock_light_member(epfd, 1, nested(epfd)); /* before the kernel has it */
+		dsock_light_member(epfd, 1, nest); /* before the kernel has it */
 	if (dsock_real.epoll_ctl(epfd, op, fd, kev) < 0) {
 		r = -errno;
 		if (cap)
@@ -258,6 +261,19 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	}
 out:
 	pthread_mutex_unlock(&dsock_epset_mu);
+	/* the kernel would wake a thread asleep on the set for data already
+	 * there; data without a token behind it needs a poke (poke.h).  After
+	 * the kernel's change: a sleeper registers before its last look, so
+	 * either that look sees the member or we see the sleeper. */
+	if (ev && s && (ev->events & EPOLLIN) && (op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) &&
+	    atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0) {
+		const struct dsock_transport *tp;
+		struct dsock_sock *held = dsock_sock_carried(fd, &tp);
+		if (held && dsock_hidden_sock(held, NULL) && dsock_light_sleeping(epfd, nest))
+			dsock_poke(epfd);
+		if (held)
+			dsock_sock_put(held);
+	}
 	return 0;
 }
 
@@ -516,5 +532,6 @@ void dsock_epset_fork_child(void)
 	atomic_store(&dsock_sleepers, 0);
 	dsock_hidden_fork(2);
 	dsock_light_fork_child();
+	dsock_poke_fork_child();
 	pthread_mutex_init(&dsock_epset_mu, NULL);
 }

@@ -1,8 +1,8 @@
 /* Light sleepers (light.h): the sets born in this process image with their
- * count of members a transport may carry, and the threads asleep light.
- * One lock orders a sleeper's look at its set's count against a member's
- * joining: a sleeper either saw the member (and sleeps counted) or is
- * promoted by its joining. */
+ * count of members a transport may carry, and the threads asleep in
+ * epoll_wait, light or counted.  One lock orders a sleeper's look at its
+ * set's count against a member's joining: a sleeper either saw the member
+ * (and sleeps counted) or is promoted by its joining. */
 #include "lib/sock/light.h"
 #include "lib/base/grow.h"
 #include "lib/sock/ready.h"
@@ -68,7 +68,7 @@ void dsock_light_member(int epfd, int delta, int nested)
 		sets[i].capable += delta;
 	if (delta > 0)
 		for (struct dsock_light *l = lights; l; l = l->next)
-			if (!l->promoted && (nested || l->epfd == epfd)) {
+			if (l->light && !l->promoted && (nested || l->epfd == epfd)) {
 				l->promoted = 1;
 				n++;
 			}
@@ -81,6 +81,18 @@ void dsock_light_member(int epfd, int delta, int nested)
 		dsock_transports_before_sleep();
 }
 
+static void enter_locked(int epfd, struct dsock_light *me, int light)
+{
+	me->epfd = epfd;
+	me->light = light;
+	me->promoted = 0;
+	me->next = lights;
+	if (lights)
+		lights->pprev = &me->next;
+	lights = me;
+	me->pprev = &lights;
+}
+
 int dsock_light_enter(int epfd, struct dsock_light *me)
 {
 	int light;
@@ -90,17 +102,28 @@ int dsock_light_enter(int epfd, struct dsock_light *me)
 	pthread_mutex_lock(&light_mu);
 	size_t i = find_locked(epfd);
 	light = i < nsets && sets[i].capable == 0;
-	if (light) {
-		me->epfd = epfd;
-		me->promoted = 0;
-		me->next = lights;
-		if (lights)
-			lights->pprev = &me->next;
-		lights = me;
-		me->pprev = &lights;
-	}
+	if (light)
+		enter_locked(epfd, me, 1);
 	pthread_mutex_unlock(&light_mu);
 	return light;
+}
+
+void dsock_light_enter_counted(int epfd, struct dsock_light *me)
+{
+	pthread_mutex_lock(&light_mu);
+	enter_locked(epfd, me, 0);
+	pthread_mutex_unlock(&light_mu);
+}
+
+int dsock_light_sleeping(int epfd, int nested)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&light_mu);
+	for (struct dsock_light *l = lights; l && !r; l = l->next)
+		r = nested || l->epfd == epfd;
+	pthread_mutex_unlock(&light_mu);
+	return r;
 }
 
 void dsock_light_leave(struct dsock_light *me)

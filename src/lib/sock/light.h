@@ -14,12 +14,17 @@
  * promotes the set's light sleepers (all of them, when the set is nested
  * in another): they count in dsock_sleepers from then on, as if they had
  * counted when they went to sleep, and the leases end before the kernel
- * takes the member, so that every later arrival comes with a token. */
+ * takes the member, so that every later arrival comes with a token.
+ *
+ * The registry holds every thread asleep in our epoll_wait, counted ones
+ * too: a socket with hidden data given to a set someone sleeps on pokes
+ * it (poke.h). */
 #ifndef DSOCK_LIGHT_H
 #define DSOCK_LIGHT_H
 
 struct dsock_light {
 	int epfd;
+	int light;    /* 0: counted in dsock_sleepers by itself */
 	int promoted; /* counted in dsock_sleepers on our behalf */
 	struct dsock_light *next, **pprev;
 };
@@ -35,6 +40,13 @@ void dsock_light_member(int epfd, int delta, int nested);
 /* 1 if a thread about to sleep on epfd may sleep light: then me is
  * registered until dsock_light_leave. */
 int dsock_light_enter(int epfd, struct dsock_light *me);
+/* A thread that counted itself (dsock_sleep_begin) registers before its
+ * last look at epfd: a socket with hidden data given to the set after that
+ * look pokes it (poke.h). */
+void dsock_light_enter_counted(int epfd, struct dsock_light *me);
+/* 1 if a thread is registered asleep on epfd (nested: epfd is a member of
+ * another set, and any sleeper counts). */
+int dsock_light_sleeping(int epfd, int nested);
 /* me woke: unregistered, and uncounted if it was promoted. */
 void dsock_light_leave(struct dsock_light *me);
 /* A fork child: no thread but the forking one, and it is not asleep. */

@@ -1,6 +1,7 @@
 #include "lib/sock/ready.h"
 #include "lib/sock/epset.h"
 #include "lib/sock/light.h"
+#include "lib/sock/poke.h"
 #include "lib/sock/sock.h"
 #include "lib/sock/watch.h"
 #include "lib/base/real.h"
@@ -269,7 +270,10 @@ void dsock_sleep_begin(void)
 
 static int kernel_look(int epfd, struct epoll_event *ev, int max, long long now)
 {
-	int n = dsock_real.epoll_wait(epfd, ev, max, 0);
+	int n = dsock_real.epoll_wait(epfd, ev, max, 0), poked;
+	/* (a poke's hidden data is what our caller adds anyway) */
+	if (n > 0 && atomic_load_explicit(&dsock_pokes, memory_order_relaxed))
+		n = dsock_poke_take(epfd, ev, n, &poked);
 	looked_epfd = epfd;
 	looked_ns = now;
 	looks_skipped = 0;
@@ -375,9 +379,12 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			dsock_spin_outcome(0);
 	}
 	if (heavy) {
-		/* about to sleep: end the leases, then look once more */
+		/* about to sleep: end the leases, register (poke.h), then look
+		 * once more */
 		dsock_sleep_begin();
+		dsock_light_enter_counted(epfd, &light);
 		if ((n = epoll_now(epfd, ev, max, 0, 0, 0)) != 0 || (n = dsock_epset_parked_ready(epfd, ev, max)) != 0) {
+			dsock_light_leave(&light);
 			atomic_fetch_sub(&dsock_sleepers, 1);
 			return n;
 		}
@@ -404,6 +411,16 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		} else {
 			n = dsock_real.epoll_wait(epfd, ev, max, timeout_ms);
 		}
+		if (n > 0 && atomic_load_explicit(&dsock_pokes, memory_order_relaxed)) {
+			/* poked: what it stands for is hidden data */
+			int poked;
+			n = dsock_poke_take(epfd, ev, n, &poked);
+			if (poked && n == 0) {
+				if ((n = epoll_now(epfd, ev, max, 0, 0, 0)) != 0 || !blocking)
+					break;
+				goto again;
+			}
+		}
 		if (n <= 0 || !needs_filter())
 			break;
 		/* a token that outlived its data must not be reported */
@@ -425,6 +442,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	}
 	int e = errno;
 	if (heavy) {
+		dsock_light_leave(&light);
 		atomic_fetch_sub(&dsock_sleepers, 1);
 		dsock_wait_end(wait_start);
 	} else if (is_light) {

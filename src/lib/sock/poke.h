@@ -1,0 +1,28 @@
+/* Pokes: a socket whose ring holds data that no token stands for (hidden
+ * readable) joins, or is re-armed in, an epoll set that another thread of
+ * ours sleeps on.  The kernel would wake that sleeper (the socket is
+ * readable); the kernel's view of our socket is not, so the set gets a
+ * readable eventfd of ours, registered with DSOCK_POKE_DATA, which wakes
+ * it.  Our epoll_wait takes such an event out (and the eventfd out of the
+ * set) and looks at the hidden data instead (ready.c). */
+#ifndef DSOCK_POKE_H
+#define DSOCK_POKE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+
+#define DSOCK_POKE_DATA 0xd50c9b0e7f1a2c3dULL
+
+/* Pokes outstanding: epoll_wait looks for them while > 0. */
+extern _Atomic int dsock_pokes;
+
+/* Wakes the threads asleep on epfd (one poke per set at a time). */
+void dsock_poke(int epfd);
+/* The events of a look at epfd, the pokes taken out (and epfd's pokes
+ * removed): the count left.  *poked: one was there. */
+int dsock_poke_take(int epfd, struct epoll_event *ev, int n, int *poked);
+/* A fork child: the list stays (the sets are shared), its lock anew. */
+void dsock_poke_fork_child(void);
+
+#endif
