@@ -479,34 +479,25 @@ while True: a.sendall(b"z" * 65536)
     check("8. the server took announcements from the link before", "announcements taken" in err, err[-600:])
     check("8. ... and logged the broken queue for the operator", "broke the rules" in err, err[-600:])
 
-    # ---- 9. sleepers while another thread polls -------------------------------
-    ls = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sleeper_given_conn.py")
-    nat = subprocess.run([PY, ls, "5"], capture_output=True, text=True, timeout=120).stdout.split()
-    rep = os.path.join(tmp, "ls.report")
-    ds = subprocess.run([DSOCK, "run", "--", PY, ls, "5"], env=dict(ENV, DSOCK_FASTPATH_REPORT=rep),
-                        capture_output=True, text=True, timeout=120)
-    try:
-        rings = sum(int(l.split()[1]) for l in open(rep))
-    except OSError:
-        rings = 0
-    check("9. sleepers beside a busy poller wake (recv; epoll on a pipe, given a connection): natively 5 of 5",
-          nat == ["woke", "5"], nat)
-    check("9. ... and under dsock, 5 of 5, the connections on the rings",
-          ds.stdout.split() == ["woke", "5"] and rings >= 5, (ds.stdout, ds.stderr[-300:], rings))
+    # ---- 9, 10. sleepers while another thread polls ---------------------------
+    def sleepers(num, what, args):
+        """sleeper_given_conn.py ARGS natively and under dsock: 5 of 5 each,
+        the connections on the rings"""
+        ls = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sleeper_given_conn.py")
+        nat = subprocess.run([PY, ls] + args, capture_output=True, text=True, timeout=120).stdout.split()
+        rep = os.path.join(tmp, "ls%d.report" % num)
+        ds = subprocess.run([DSOCK, "run", "--", PY, ls] + args, env=dict(ENV, DSOCK_FASTPATH_REPORT=rep),
+                            capture_output=True, text=True, timeout=120)
+        try:
+            rings = sum(int(l.split()[1]) for l in open(rep))
+        except OSError:
+            rings = 0
+        check("%d. %s: natively 5 of 5" % (num, what), nat == ["woke", "5"], nat)
+        check("%d. ... and under dsock, 5 of 5, the connections on the rings" % num,
+              ds.stdout.split() == ["woke", "5"] and rings >= 5, (ds.stdout, ds.stderr[-300:], rings))
 
-    # ---- 10. a sleeper given a connection with its bytes already there --------
-    nat = subprocess.run([PY, ls, "5", "before"], capture_output=True, text=True, timeout=120).stdout.split()
-    rep = os.path.join(tmp, "lsb.report")
-    ds = subprocess.run([DSOCK, "run", "--", PY, ls, "5", "before"], env=dict(ENV, DSOCK_FASTPATH_REPORT=rep),
-                        capture_output=True, text=True, timeout=120)
-    try:
-        rings = sum(int(l.split()[1]) for l in open(rep))
-    except OSError:
-        rings = 0
-    check("10. a sleeper given a connection whose bytes are there wakes at the ADD: natively 5 of 5",
-          nat == ["woke", "5"], nat)
-    check("10. ... and under dsock, 5 of 5, the connections on the rings",
-          ds.stdout.split() == ["woke", "5"] and rings >= 5, (ds.stdout, ds.stderr[-300:], rings))
+    sleepers(9, "sleepers beside a busy poller wake (recv; epoll on a pipe, given a connection)", ["5"])
+    sleepers(10, "a sleeper given a connection whose bytes are there wakes at the ADD", ["5", "before"])
 
 finally:
     for p in procs:
