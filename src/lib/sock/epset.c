@@ -191,7 +191,7 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	struct epoll_event kv, *kev = ev;
 	unsigned kernel_events = 0;
 	struct member *m;
-	int r, cap = 0, nest = 0;
+	int r, cap = 0;
 
 	if (ev && (op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD)) {
 		kv = *ev;
@@ -208,10 +208,8 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	/* (MOD of an fd we do not track: a socket added while dsock did not
 	 * know it yet; anything else stays untracked, as at its ADD) */
 	int joins = !m && ev && (op == EPOLL_CTL_ADD || (op == EPOLL_CTL_MOD && s));
-	if (ev && s)
-		nest = nested(epfd);
 	if (joins && (cap = capable(s)))
-		dsock_light_member(epfd, 1, nest); /* before the kernel has it */
+		dsock_light_member(epfd, 1, nested(epfd)); /* before the kernel has it */
 	if (dsock_real.epoll_ctl(epfd, op, fd, kev) < 0) {
 		r = -errno;
 		if (cap)
@@ -269,8 +267,13 @@ out:
 	    atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0) {
 		const struct dsock_transport *tp;
 		struct dsock_sock *held = dsock_sock_carried(fd, &tp);
-		if (held && dsock_hidden_sock(held, NULL) && dsock_light_sleeping(epfd, nest))
-			dsock_poke(epfd);
+		if (held && dsock_hidden_sock(held, NULL)) {
+			pthread_mutex_lock(&dsock_epset_mu);
+			int nest = nested(epfd);
+			pthread_mutex_unlock(&dsock_epset_mu);
+			if (dsock_light_sleeping(epfd, nest))
+				dsock_poke(epfd);
+		}
 		if (held)
 			dsock_sock_put(held);
 	}

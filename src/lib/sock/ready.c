@@ -441,12 +441,11 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		}
 	}
 	int e = errno;
-	if (heavy) {
+	if (heavy || is_light)
 		dsock_light_leave(&light);
+	if (heavy) {
 		atomic_fetch_sub(&dsock_sleepers, 1);
 		dsock_wait_end(wait_start);
-	} else if (is_light) {
-		dsock_light_leave(&light);
 	}
 	return n < 0 ? -e : n;
 }

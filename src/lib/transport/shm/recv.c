@@ -228,11 +228,13 @@ static int sleep_in_kernel(struct dsock_sock *s, struct shm_conn *c, int fd, siz
 	int inq = 0;
 	ssize_t r;
 
-	/* as every sleeper: counted, then no link lease of ours stands and
-	 * the queues are taken (an entry for this ring then shows in the
-	 * look below; one taken by a poller after we slept would wake
-	 * nobody) */
+	/* as every sleeper: counted, renewing nothing (ready.h), then no
+	 * link lease of ours stands and the queues are taken (an entry for
+	 * this ring then shows in the look below; one taken by a poller
+	 * after we slept would wake nobody).  Other rings' lingering leases
+	 * are their receivers' to settle: this thread waits for its own. */
 	atomic_fetch_add(&dsock_sleepers, 1);
+	dsock_renew_at = 0;
 	shm_link_end_leases();
 	shm_rx_settle(c, fd);
 	if (ready_now(c, fd, *peek_now, total) || shm_back_asked(c)) {
