@@ -34,10 +34,11 @@ DSOCK    = $(BUILD)/bin/dsock
 UNIT     = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 CONF     = $(BUILD)/tests/conformance $(BUILD)/tests/conf-scen $(BUILD)/tests/libbroken.so
 SOAK     = $(BUILD)/tests/soak
+MANY     = $(BUILD)/tests/many
 # the hand-over test: its helper once dynamic, once static (never preloaded)
 HANDOVER = $(BUILD)/tests/handover $(BUILD)/tests/handover-static
 
-all: $(LIBDSOCK) $(DSOCKD) $(DSOCK) $(UNIT) $(CONF) $(SOAK) $(HANDOVER)
+all: $(LIBDSOCK) $(DSOCKD) $(DSOCK) $(UNIT) $(CONF) $(SOAK) $(MANY) $(HANDOVER)
 
 # daemon, CLI and unit tests only (what SAN= instruments)
 san: $(DSOCKD) $(DSOCK) $(UNIT)
@@ -87,6 +88,10 @@ $(BUILD)/tests/handover-static: tests/faults/handover.c
 	$(CC) $(CFLAGS) -static -o $@ $< $(LDFLAGS)
 
 $(SOAK): tests/soak/soak.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
+
+$(MANY): tests/soak/many.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
 

@@ -81,11 +81,14 @@ static int check_payload(const struct dsock_msg_hdr *h, size_t plen)
 		return plen == sizeof(struct dsock_msg_peer_req) ? 0 : -EBADMSG;
 	case DSOCK_MSG_RESULT: {
 		const struct dsock_msg_result *m = p;
-		if (plen != sizeof(*m) || m->result < DSOCK_RES_PAIRED || m->result > DSOCK_RES_LINK ||
+		int linked = m->result == DSOCK_RES_PAIRED || m->result == DSOCK_RES_LINK || m->result == DSOCK_RES_POOL;
+		if (plen != sizeof(*m) || m->result < DSOCK_RES_PAIRED || m->result > DSOCK_RES_POOL ||
 		    m->side > 1 || (m->result != DSOCK_RES_PEER && m->reason >= DSOCK_R_MAX) ||
 		    (m->result == DSOCK_RES_PEER && m->reason > 4095) || m->transport > DSOCK_PATH_MAX ||
 		    (m->result != DSOCK_RES_PEER && m->transport <= DSOCK_PATH_KERNEL) || m->link_side > 1 ||
-		    (m->result != DSOCK_RES_PAIRED && m->result != DSOCK_RES_LINK && (m->link || m->link_side)))
+		    (!linked && (m->link || m->link_side)) ||
+		    (m->result != DSOCK_RES_PAIRED && m->result != DSOCK_RES_POOL && m->pool) ||
+		    (m->result != DSOCK_RES_PAIRED && m->result != DSOCK_RES_FETCHED && m->pool_page))
 			return -EBADMSG;
 		return 0;
 	}

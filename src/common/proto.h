@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #define DSOCK_PROTO_MAGIC   0x4b435344u /* "DSCK" little-endian */
-#define DSOCK_PROTO_VERSION 8 /* 2: the event ring holds 1,024 slots; 3: the
+#define DSOCK_PROTO_VERSION 9 /* 2: the event ring holds 1,024 slots; 3: the
 			      * connection memory is layout version 5 (the
 			      * daemon writes it: a change there is a change
 			      * here); 4: layout version 6; 5: the reason
@@ -18,7 +18,8 @@
 			      * 6: PEER_REQ, layout version 7; 7: offers and
 			      * results name their transport and proof, FETCH
 			      * replaces MEMFD_REQ; 8: links (RESULT of kind
-			      * LINK), layout version 8 */
+			      * LINK), layout version 8; 9: pools (RESULT
+			      * of kind POOL), layout version 9 */
 #define DSOCK_MSG_MAX       4096
 
 enum dsock_msg_type {
@@ -94,6 +95,7 @@ enum dsock_result {
 	DSOCK_RES_FETCHED = 4,
 	DSOCK_RES_PEER = 5,
 	DSOCK_RES_LINK = 6,
+	DSOCK_RES_POOL = 7,
 };
 
 /* FETCH: a transport's endpoints may close the resource the pairing gave
@@ -132,7 +134,12 @@ struct dsock_msg_peer_req {
  * processes with connections on the rings between them, sent to each of
  * them before the first PAIRED result that names it; the same kind
  * without a memfd says that the link's other process left (the receiver
- * unmaps it once none of its connections uses it). */
+ * unmaps it once none of its connections uses it).  RESULT of kind POOL:
+ * the memfd of a pool of connection memory (shm_layout.h) that belongs to
+ * a link, sent to each of its two processes before the first PAIRED
+ * result that names it; the link's end ends the pool's use for new
+ * connections (the receiver unmaps it once none of its connections uses
+ * it). */
 struct dsock_msg_result {
 	uint64_t sock_id;
 	uint16_t transport; /* enum dsock_path: the transport of the offer
@@ -146,7 +153,15 @@ struct dsock_msg_result {
 	uint32_t link;      /* PAIRED: the link of the two processes (0:
 			     * none); LINK: the link given (its memfd
 			     * attached), or without a memfd: the other
-			     * process of that link left */
+			     * process of that link left; POOL: the link
+			     * the pool belongs to */
+	uint32_t pool;      /* PAIRED: the resource is part of this pool,
+			     * which the process already holds (no fd comes
+			     * with the result); 0: the fd attached is the
+			     * resource.  POOL: the pool given (its memfd
+			     * attached) */
+	uint32_t pool_page; /* PAIRED with a pool, FETCHED: where the
+			     * resource starts in the memory, in 4 KiB pages */
 };
 
 struct dsock_msg_hdr {

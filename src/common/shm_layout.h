@@ -1,5 +1,7 @@
-/* The layout of a connection's shared memory (one memfd per connection,
- * created and sealed by dsockd, mapped by exactly the two endpoints).
+/* The layout of a connection's shared memory (a slot in a pool: one memfd
+ * per pair of processes holding the connections between them, created
+ * and sealed by dsockd, mapped by exactly those two processes; or a memfd
+ * of its own where the two have no link).
  *
  *   page 0     header: sides, ring control (each writer on its own lines)
  *   page 1..   ring 0 data (side 0 -> side 1), ring_size bytes
@@ -16,7 +18,7 @@
 #include <stdint.h>
 
 #define DSOCK_SHM_MAGIC    0x52485344u /* "DSHR" */
-#define DSOCK_SHM_VERSION  8
+#define DSOCK_SHM_VERSION  9
 #define DSOCK_SHM_HDR      4096u
 #define DSOCK_RING_MIN     (4u << 10)
 #define DSOCK_RING_MAX     (64u << 20)
@@ -124,7 +126,14 @@ struct dsock_shm_hdr {
 	uint32_t version;
 	uint32_t ring_size;
 	uint32_t data_off;
-	uint8_t pad[DSOCK_CL - 16];
+	uint32_t maps[2];     /* processes that have side i's part of this
+			       * memory in use and may still touch it (attach,
+			       * fork child, spawned adopter: +1; the last
+			       * release of the connection in that process,
+			       * just before it lets go of the memory: -1).
+			       * dsockd gives a pool's slot to a new
+			       * connection only when both are 0 */
+	uint8_t pad[DSOCK_CL - 24];
 	struct dsock_shm_side side[2];
 	struct dsock_shm_ring ring[2];
 };
@@ -149,6 +158,18 @@ _Static_assert(sizeof(struct dsock_shm_hdr) <= DSOCK_SHM_HDR, "header fits its p
  * Either process can write all of it: the consumer checks that
  * 0 <= tail - head <= DSOCK_LINK_SLOTS and that an entry names a slot it
  * gave out; an entry that lies costs a look at one of its own rings. */
+/* A pool: connection memory for the connections between the two
+ * processes of a link, so that a new connection between them costs no
+ * memfd, no mmap and no descriptor passing, and a process with 100,000
+ * connections maps hundreds of pools, not 100,000 memfds (each a mapping
+ * of its own, against vm.max_map_count).  Slot k (a connection's header
+ * and its two rings, laid out as above) starts at byte k * slot bytes;
+ * every slot of a pool has the same ring size.  dsockd gives a freed slot
+ * out again only when no process maps it (hdr.maps), after punching out
+ * its pages (zeroed, their memory returned) and writing a fresh header. */
+#define DSOCK_POOL_BYTES (64u << 20) /* a pool's size, at most (one slot at least) */
+#define DSOCK_POOL_SLOTS_MAX 1024u
+
 #define DSOCK_LINK_MAGIC   0x4b4c5344u /* "DSLK" */
 #define DSOCK_LINK_VERSION 1
 #define DSOCK_LINK_SLOTS   1024u

@@ -128,14 +128,13 @@ static void pair(struct dd_offer *a, struct dd_offer *b)
 
 	s[0] = a->role == DSOCK_OFFER_CONNECT ? a : b;
 	s[1] = s[0] == a ? b : a;
+	struct dsock_msg_result rs[2] = { r, r };
+	const struct dd_reply_to *to[2] = { &s[0]->to, &s[1]->to };
 	if (!x) {
 		e = -ENOMEM;
 	} else {
 		x->prov = a->prov;
 		x->fd[0] = x->fd[1] = -1;
-		e = a->prov->make(x, &r);
-	}
-	if (e == 0) {
 		for (int i = 0; i < 2; i++) {
 			x->proc[i] = s[i]->to.proc;
 			x->sid[i] = s[i]->sock_id;
@@ -143,8 +142,8 @@ static void pair(struct dd_offer *a, struct dd_offer *b)
 			x->ino[i] = s[i]->id.ino;
 			x->local[i] = s[i]->id.local;
 		}
-		e = dd_pair_add(x);
-		if (e)
+		e = a->prov->make(x, to, rs);
+		if (e == 0 && (e = dd_pair_add(x)))
 			a->prov->release(x);
 	}
 	if (e) {
@@ -153,14 +152,11 @@ static void pair(struct dd_offer *a, struct dd_offer *b)
 		answer_kernel(&b->to, b->sock_id, b->prov->transport, DSOCK_R_RESOURCE);
 		return;
 	}
-	struct dsock_msg_result rs[2] = { r, r };
-	const struct dd_reply_to *to[2] = { &s[0]->to, &s[1]->to };
-	if (x->prov->intro)
-		x->prov->intro(to, rs);
 	for (int i = 0; i < 2; i++) {
 		rs[i].sock_id = s[i]->sock_id;
 		rs[i].side = (uint32_t)i;
-		dd_send_result(&s[i]->to, &rs[i], x->fd[i]);
+		/* a part of a pool the process holds comes without an fd */
+		dd_send_result(&s[i]->to, &rs[i], rs[i].pool ? -1 : x->fd[i]);
 	}
 	if (x->prov->sent)
 		x->prov->sent(x);

@@ -1,9 +1,10 @@
-/* Provisioning for the shared-memory transport: one sealed memfd per
- * pair (its header written here, then both ends map it), the ring size
- * (DSOCK_RING_KB) and the memory limit (DSOCK_SHM_LIMIT_MB).  The daemon
- * keeps the memfd while the pair lives, for an exec that hands a
- * connection to a new program (the ends close theirs once mapped:
- * FETCH in proto.h). */
+/* Provisioning for the shared-memory transport: a slot in a pool of the
+ * two processes' link for each pair (its header written here; both
+ * processes map the pool once), or a sealed memfd of its own where they
+ * have no link; the ring size (DSOCK_RING_KB) and the memory limit
+ * (DSOCK_SHM_LIMIT_MB).  The daemon keeps the memfd while the pair lives,
+ * for an exec that hands a connection to a new program (the ends close
+ * theirs once mapped: FETCH in proto.h). */
 #include "daemon/prov_shm.h"
 #include "common/log.h"
 #include "common/shm_layout.h"
@@ -19,7 +20,7 @@
 
 static uint32_t ring_size = DSOCK_RING_DEFAULT;
 static uint64_t limit; /* bytes of connection memory; 0: no limit */
-static unsigned long n_conns, n_limited;
+static unsigned long n_conns, n_own, n_limited; /* n_own: memfds of their own */
 
 static size_t conn_bytes(void)
 {
@@ -76,45 +77,55 @@ fail:
 	return -errno;
 }
 
-static void conn_header(void *page, void *arg)
+void dd_shm_header(struct dsock_shm_hdr *h, uint32_t rs)
 {
-	struct dsock_shm_hdr *h = page;
-
-	(void)arg;
+	memset(h, 0, sizeof(*h));
 	h->magic = DSOCK_SHM_MAGIC;
 	h->version = DSOCK_SHM_VERSION;
-	h->ring_size = ring_size;
+	h->ring_size = rs;
 	h->data_off = DSOCK_SHM_HDR;
 	for (int i = 0; i < 2; i++)
 		h->side[i].switch_off = DSOCK_SWITCH_NONE;
 }
 
-static int shm_make(struct dd_pair *x, struct dsock_msg_result *r)
+static void conn_header(void *page, void *arg)
+{
+	(void)arg;
+	dd_shm_header(page, ring_size);
+}
+
+static int shm_make(struct dd_pair *x, const struct dd_reply_to *to[2], struct dsock_msg_result r[2])
 {
 	int fd;
 
-	if (limit && (n_conns + 1) * conn_bytes() > limit) {
+	if (limit && dd_shm_pooled_bytes + (n_own + 1) * conn_bytes() > limit) {
 		if (n_limited++ % 1000 == 0)
 			DSOCK_WARN("connection memory limit (%llu bytes, %lu connections) reached: "
 				   "new connections stay on the kernel", (unsigned long long)limit, n_conns);
 		return -ENOSPC;
 	}
+	r[0].ring_size = r[1].ring_size = ring_size;
+	if (dd_shm_link_take(to, r, ring_size, x) == 0) {
+		n_conns++;
+		return 0;
+	}
+	/* no link between the two processes: memory of its own */
 	fd = dd_sealed_memfd("dsock-conn", conn_bytes(), conn_header, NULL);
 	if (fd < 0) {
 		DSOCK_WARN("cannot create connection memory: %s", strerror(-fd));
 		return fd;
 	}
 	x->fd[0] = x->fd[1] = fd;
-	r->ring_size = ring_size;
 	n_conns++;
+	n_own++;
 	return 0;
 }
 
 static void shm_fetched(const struct dd_pair *x, int side, struct dsock_msg_result *r)
 {
-	(void)x;
 	(void)side;
-	r->ring_size = ring_size;
+	r->ring_size = x->priv ? dd_shm_pool_ring(x) : ring_size;
+	r->pool_page = (uint32_t)(dd_shm_pool_off(x) / DSOCK_SHM_HDR);
 }
 
 /* No process holds either end: each side attached and then let go by its
@@ -123,7 +134,8 @@ static int shm_dead(const struct dd_pair *x)
 {
 	struct dsock_shm_side side[2];
 
-	if (pread(x->fd[0], side, sizeof(side), offsetof(struct dsock_shm_hdr, side)) != (ssize_t)sizeof(side))
+	if (pread(x->fd[0], side, sizeof(side), dd_shm_pool_off(x) + (off_t)offsetof(struct dsock_shm_hdr, side)) !=
+	    (ssize_t)sizeof(side))
 		return 0;
 	for (int i = 0; i < 2; i++) {
 		uint32_t att = side[i].attached;
@@ -135,7 +147,12 @@ static int shm_dead(const struct dd_pair *x)
 
 static void shm_release(struct dd_pair *x)
 {
-	close(x->fd[0]);
+	if (x->priv) {
+		dd_shm_pool_give_back(x);
+	} else {
+		close(x->fd[0]);
+		n_own--;
+	}
 	n_conns--;
 }
 
@@ -144,7 +161,8 @@ static void shm_stat(char *buf, size_t n)
 	size_t l = strlen(buf);
 
 	snprintf(buf + l, n - l, " shm_conns=%lu shm_bytes=%llu shm_limited=%lu shm_links=%lu", n_conns,
-		 (unsigned long long)(n_conns * conn_bytes()), n_limited, dd_shm_links());
+		 (unsigned long long)(dd_shm_pooled_bytes + n_own * conn_bytes()), n_limited, dd_shm_links());
+	dd_shm_pool_stat(buf, n);
 }
 
 const struct dd_provision dd_prov_shm = {
@@ -152,7 +170,6 @@ const struct dd_provision dd_prov_shm = {
 	.name = "shm",
 	.init = shm_init,
 	.make = shm_make,
-	.intro = dd_shm_link_intro,
 	.forget = dd_shm_link_forget,
 	.fetched = shm_fetched,
 	.dead = shm_dead,

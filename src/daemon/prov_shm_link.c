@@ -2,7 +2,8 @@
  * with connections on the rings between them (shm_layout.h), made at
  * their first pairing, sent to each of the two before the first PAIRED
  * result that names it, and dropped when either process leaves (the
- * other is told; it unmaps the link once its connections let go).
+ * other is told; it unmaps the link and its pools once its connections
+ * let go).  The link's pools hold its connections' memory.
  * Hashed by the two processes, so a pairing finds its link in the same
  * time with one peer process or thousands. */
 #include "daemon/prov_shm.h"
@@ -22,6 +23,8 @@ struct link {
 	uint32_t id;
 	int fd;
 	int sent[2];   /* that side has the memfd */
+	struct dd_shm_pool *pools;
+	uint32_t live; /* pairs in its pools */
 	struct link *prev, *next;
 };
 
@@ -90,30 +93,37 @@ static struct link *link_of(const struct dd_proc *a, const struct dd_proc *b, co
 	return l;
 }
 
-void dd_shm_link_intro(const struct dd_reply_to *to[2], struct dsock_msg_result r[2])
+int dd_shm_link_take(const struct dd_reply_to *to[2], struct dsock_msg_result r[2], uint32_t ring_size,
+		     struct dd_pair *x)
 {
 	struct link *l = link_of(to[0]->proc, to[1]->proc, to[0], to[1]);
+	int ls[2], e;
 
 	for (int i = 0; i < 2; i++) {
 		r[i].link = 0;
 		r[i].link_side = 0;
 	}
 	if (!l)
-		return;
+		return -ENOENT;
 	for (int i = 0; i < 2; i++) {
 		/* which side of the link end i is on (both, for a process
 		 * connected to itself: one side per end) */
-		int ls = l->proc[0] == l->proc[1] ? i : l->proc[0] == to[i]->proc ? 0 : 1;
-		if (!l->sent[ls]) {
+		ls[i] = l->proc[0] == l->proc[1] ? i : l->proc[0] == to[i]->proc ? 0 : 1;
+		if (!l->sent[ls[i]]) {
 			struct dsock_msg_result m = { .transport = r[i].transport, .result = DSOCK_RES_LINK,
-						      .link = l->id, .link_side = (uint16_t)ls };
+						      .link = l->id, .link_side = (uint16_t)ls[i] };
 			if (dd_send_result(to[i], &m, l->fd))
-				continue; /* the pair goes without a link */
-			l->sent[ls] = 1;
+				return -EIO;
+			l->sent[ls[i]] = 1;
 		}
-		r[i].link = l->id;
-		r[i].link_side = (uint16_t)ls;
 	}
+	if ((e = dd_shm_pool_take(&l->pools, &l->live, l->id, ls, to, ring_size, x, r)))
+		return e;
+	for (int i = 0; i < 2; i++) {
+		r[i].link = l->id;
+		r[i].link_side = (uint16_t)ls[i];
+	}
+	return 0;
 }
 
 /* A process left: its links go, and the other process of each is told. */
@@ -136,6 +146,7 @@ void dd_shm_link_forget(const struct dd_proc *p)
 			links = l->next;
 		if (l->next)
 			l->next->prev = l->prev;
+		dd_shm_pool_retire(l->pools);
 		close(l->fd);
 		free(l);
 		n_links--;

@@ -16,10 +16,11 @@
 
 static unsigned long n_conns;
 
-static int sp_make(struct dd_pair *x, struct dsock_msg_result *r)
+static int sp_make(struct dd_pair *x, const struct dd_reply_to *to[2], struct dsock_msg_result r[2])
 {
 	int sv[2];
 
+	(void)to;
 	(void)r;
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		return -errno;

@@ -25,6 +25,8 @@ struct dd_pair {
 	struct dsock_addr local[2]; /* each end's own address */
 	const struct dd_provision *prov;
 	int fd[2]; /* the resource each end gets (the transport's; -1: none) */
+	void *priv; /* the transport's own record of the pair's resources */
+	uint32_t slot;
 	struct dd_pair *prev, *next;
 };
 
@@ -35,13 +37,13 @@ struct dd_provision {
 	 * stderr what is wrong. */
 	int (*init)(void);
 	/* A new pair's resources: fd[0] and fd[1] (the same fd may serve
-	 * both), and the RESULT's transport fields.  0, or -errno (the ends
-	 * stay on the kernel, reason resource). */
-	int (*make)(struct dd_pair *x, struct dsock_msg_result *r);
-	/* Before the two RESULTs go out: what the ends' processes share
-	 * (sent to them here, once) and how the RESULTs (r[0] for the end
-	 * `to[0]` answers, r[1]) name it.  May be NULL. */
-	void (*intro)(const struct dd_reply_to *to[2], struct dsock_msg_result r[2]);
+	 * both), and the transport fields of r[0] (for the end to[0] answers)
+	 * and r[1]; what the ends' processes share may be sent to them here,
+	 * once, before their RESULTs (a result that names a pool the process
+	 * holds goes without an fd).  proc[], sid[] and the ends' identity
+	 * are set.  0, or -errno (the ends stay on the kernel, reason
+	 * resource). */
+	int (*make)(struct dd_pair *x, const struct dd_reply_to *to[2], struct dsock_msg_result r[2]);
 	/* A process left.  May be NULL. */
 	void (*forget)(const struct dd_proc *p);
 	/* Both RESULTs have gone out: a transport whose ends must see each

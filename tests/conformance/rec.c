@@ -232,16 +232,23 @@ static void warm_check(const struct fam *f)
 	int maps = 0, attached = 0, switched = 0;
 
 	while (m && fgets(line, sizeof(line), m)) {
-		unsigned long lo;
-		if (!strstr(line, "memfd:dsock-conn") || sscanf(line, "%lx-", &lo) != 1)
+		unsigned long lo, hi;
+		if ((!strstr(line, "memfd:dsock-conn") && !strstr(line, "memfd:dsock-pool")) ||
+		    sscanf(line, "%lx-%lx", &lo, &hi) != 2)
 			continue;
-		const struct dsock_shm_hdr *h = (const void *)lo;
-		if (h->magic != DSOCK_SHM_MAGIC)
-			continue;
-		maps++;
-		attached += h->side[0].attached == DSOCK_ATT_ATTACHED && h->side[1].attached == DSOCK_ATT_ATTACHED;
-		switched += h->side[0].switch_off != DSOCK_SWITCH_NONE && h->side[1].switch_off != DSOCK_SWITCH_NONE &&
-			    h->side[0].rx_switched && h->side[1].rx_switched;
+		/* a pool's slots one after the other, each a header and two rings */
+		for (unsigned long at = lo; at < hi;) {
+			const struct dsock_shm_hdr *h = (const void *)at;
+			if (h->magic != DSOCK_SHM_MAGIC || !h->ring_size)
+				break;
+			maps++;
+			attached += h->side[0].attached == DSOCK_ATT_ATTACHED &&
+				    h->side[1].attached == DSOCK_ATT_ATTACHED;
+			switched += h->side[0].switch_off != DSOCK_SWITCH_NONE &&
+				    h->side[1].switch_off != DSOCK_SWITCH_NONE && h->side[0].rx_switched &&
+				    h->side[1].rx_switched;
+			at += DSOCK_SHM_HDR + 2ul * h->ring_size;
+		}
 	}
 	if (m)
 		fclose(m);

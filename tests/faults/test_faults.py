@@ -144,8 +144,9 @@ for cmd in sys.stdin:
         threading.Thread(target=echo, args=(conns[int(cmd[1])],), daemon=True).start()
     elif cmd[0] == "scribble":      # a hostile peer: garbage into the ring indices
         # its own mapping of the connection memory (the library closed the
-        # memfd once mapped), written through /proc/self/mem
-        maps = [l.split()[0].split("-") for l in open("/proc/self/maps") if "dsock-conn" in l]
+        # memfd once mapped; the first slot of its pool is the connection),
+        # written through /proc/self/mem
+        maps = [l.split()[0].split("-") for l in open("/proc/self/maps") if "dsock-conn" in l or "dsock-pool" in l]
         fds = [int(a, 16) for a, _ in maps]
         with open("/proc/self/mem", "r+b", buffering=0) as mem:
             for base in fds[:1]:
@@ -400,9 +401,9 @@ while True: a.sendall(b"z" * 65536)
         # the memory as a file: the endpoint's mapping (map_files) and the
         # daemon's copy of the memfd (fd), each by path
         memfds = ["/proc/%d/map_files/%s" % (cli.pid, l.split()[0]) for l in open("/proc/%d/maps" % cli.pid)
-                  if "dsock-conn" in l]
+                  if "dsock-conn" in l or "dsock-pool" in l]
         memfds += ["/proc/%d/fd/%s" % (daemon_pid(), f) for f in os.listdir("/proc/%d/fd" % daemon_pid())
-                   if "dsock-conn" in os.readlink("/proc/%d/fd/%s" % (daemon_pid(), f))]
+                   if any(k in os.readlink("/proc/%d/fd/%s" % (daemon_pid(), f)) for k in ("dsock-conn", "dsock-pool"))]
         r = as_user(PY, "-c", "import sys\nfor f in sys.argv[1:]:\n    try: open(f, 'rb'); print('opened', f)\n"
                     "    except OSError as e: print('denied', e.errno)",
                     *memfds)

@@ -5,6 +5,10 @@
 # SECONDS each (default 15, the CI run; a long run: tests/soak/run.sh build
 # 600).  All must end with zero errors; under
 # dsock the streams must really have used the rings (and gone back).
+# Then (SOAK_100K=0 leaves it out) 100,000 connections open at once under
+# dsock (tests/soak/many.c, spread over as many process pairs as the fd
+# limit needs): every byte checked, at least 99 % of them paired on the
+# rings at the peak, and every pair gone from the daemon afterwards.
 # Usage: tests/soak/run.sh [BUILD_DIR] [SECONDS] [extra soak options]
 set -u
 cd "$(dirname "$0")/../.."
@@ -77,5 +81,34 @@ for mode in native dsock $([ "${SOAK_ASLEEP:-1}" = 1 ] && echo asleep) $([ "${SO
 		rc=1
 	fi
 done
+if [ "${SOAK_100K:-1}" = 1 ]; then
+	N=100000
+	per=$(( $(ulimit -Hn) - 300 ))
+	[ "$per" -gt $N ] && per=$N
+	pairs=$(( (N + per - 1) / per ))
+	rm -f "$TMP/report" "$TMP/peak"
+	MANY_AT_PEAK="$BUILD/bin/dsock stat --raw | grep -m1 '^daemon' > $TMP/peak; grep Shmem: /proc/meminfo >> $TMP/peak" \
+		DSOCK_FASTPATH_REPORT="$TMP/report" watched 600 "$BUILD/bin/dsock" run -- "$BUILD/tests/many" $N 12 $pairs
+	r=$?
+	echo "100k: $(grep -a '^many:' "$TMP/out" || echo 'no summary') (exit $r)"
+	[ $r = 0 ] || { rc=1; grep -a -v '^server:' "$TMP/out" | head -20; }
+	live=$(grep -o 'shm_conns=[0-9]*' "$TMP/peak" 2>/dev/null | cut -d= -f2)
+	rings=$(awk '{s += $2} END {print s + 0}' "$TMP/report" 2>/dev/null || echo 0)
+	echo "100k: ${live:-0} pairs on the rings at the peak ($(grep -o 'shm_pools=[0-9]*' "$TMP/peak")," \
+		"$(grep Shmem: "$TMP/peak" | tr -s ' ')); $rings ends moved bytes through them"
+	if [ "${live:-0}" -lt $((N * 99 / 100)) ] || [ "$rings" -lt $((2 * N * 99 / 100)) ]; then
+		echo "100k: fewer than 99 % of the connections paired"
+		rc=1
+	fi
+	# the daemon lets go of every pair once both ends closed or left
+	left=""
+	for _ in $(seq 50); do
+		left=$("$BUILD/bin/dsock" stat --raw | grep -m1 '^daemon' | grep -o 'shm_conns=[0-9]*')
+		[ "$left" = shm_conns=0 ] && break
+		sleep 0.2
+	done
+	echo "100k: afterwards $left"
+	[ "$left" = shm_conns=0 ] || rc=1
+fi
 rm -rf "$TMP"
 exit $rc

@@ -78,14 +78,23 @@ static void transport_ids(void)
 	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), 0);
 	r.transport = DSOCK_PATH_SHM;
 	r.result = DSOCK_RES_HELD;
-	r.link = 1; /* only PAIRED and LINK name a link */
+	r.link = 1; /* only PAIRED, LINK and POOL name a link */
 	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), -EBADMSG);
 	r.result = DSOCK_RES_LINK;
 	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), 0);
 	r.link_side = 2; /* a link has two sides */
 	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), -EBADMSG);
 	r.link_side = 0;
-	r.result = DSOCK_RES_LINK + 1;
+	r.pool = 3; /* only PAIRED and POOL name a pool */
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), -EBADMSG);
+	r.result = DSOCK_RES_POOL;
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), 0);
+	r.pool_page = 2; /* only PAIRED and FETCHED name a page */
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), -EBADMSG);
+	r.result = DSOCK_RES_PAIRED;
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), 0);
+	r.pool = r.pool_page = 0;
+	r.result = DSOCK_RES_POOL + 1;
 	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), -EBADMSG);
 }
 

@@ -67,9 +67,8 @@ static void delayed_result_two_callers(int lfd, struct sockaddr_in *la)
 	c->state = SC_PENDING;
 	c->pending_since_ms = dsock_mono_ns() / 1000000;
 	/* the result came while a send held the mutex: delayed */
-	c->delayed_side = 0;
-	c->delayed_size = RING;
-	c->delayed_memfd = dup(k.memfd);
+	c->delayed = (struct shm_given){ .memfd = dup(k.memfd), .side = 0, .size = RING };
+	c->delayed_set = 1;
 
 	/* both callers find it while the send still holds the mutex (an
 	 * attach waits 2 ms for it) */
@@ -90,7 +89,7 @@ static void delayed_result_two_callers(int lfd, struct sockaddr_in *la)
 	ASSERT_TRUE(__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) == &dsock_shm_transport);
 	ASSERT_EQ(c->state, SC_ATTACHED);
 	ASSERT_EQ(k.h->side[0].attached, DSOCK_ATT_ATTACHED);
-	ASSERT_EQ(c->delayed_memfd, -1);
+	ASSERT_EQ(c->delayed_set, 0);
 	dsock_sock_put(s);
 	drop_conn(&k);
 }

@@ -362,8 +362,10 @@ static void deliver_locked(const char *b, ssize_t n, int got)
 			dsock_real.close(got);
 		return;
 	}
-	/* PAIRED comes with its resource, LINK with or without one */
-	if (r.result != DSOCK_RES_LINK && (r.result == DSOCK_RES_PAIRED) != (got >= 0)) {
+	/* PAIRED comes with its resource unless that is part of a pool the
+	 * process holds, POOL with one, LINK with or without one */
+	int want = r.result == DSOCK_RES_PAIRED ? !r.pool : r.result == DSOCK_RES_POOL;
+	if (r.result != DSOCK_RES_LINK && want != (got >= 0)) {
 		if (got >= 0)
 			dsock_real.close(got);
 		r.result = DSOCK_RES_KERNEL;

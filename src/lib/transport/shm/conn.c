@@ -141,53 +141,12 @@ void shm_detach(struct dsock_sock *s, unsigned reason)
 	dsock_sock_report(s, -1 /* fd unknown here: as told before */, s->ev ? s->ev : DSOCK_EV_CONNECT);
 }
 
-/* Maps and checks a connection's memory.  Trusts only what it can verify:
- * the fd is a memfd of exactly the size the ring needs, sealed against
- * shrinking, and its header agrees.  Once mapped, the fd is closed: one
- * per connection would count against the application's fd limit (a
- * program that fits natively must fit under dsock) and show in its
- * /proc/self/fd; an exec gets it again from the daemon (exec_one). */
-int shm_map_conn(struct shm_conn *c, int memfd, int side, uint32_t size)
-{
-	size_t len = DSOCK_SHM_HDR + 2 * (size_t)size;
-	int seals = dsock_real.fcntl(memfd, F_GET_SEALS);
-	struct stat st;
-	struct dsock_shm_hdr *h;
-
-	if (size < DSOCK_RING_MIN || size > DSOCK_RING_MAX || (size & (size - 1)) || side > 1)
-		return -EINVAL;
-	if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(memfd, &st) < 0 ||
-	    (size_t)st.st_size != len)
-		return -EINVAL;
-	h = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-	if (h == MAP_FAILED)
-		return -errno;
-	if (h->magic != DSOCK_SHM_MAGIC || h->version != DSOCK_SHM_VERSION ||
-	    h->ring_size != size || h->data_off != DSOCK_SHM_HDR) {
-		munmap(h, len);
-		return -EINVAL;
-	}
-	dsock_real.close(memfd);
-	c->h = h;
-	c->map_len = len;
-	c->size = size;
-	c->side = side;
-	c->me = &h->side[side];
-	c->peer = &h->side[1 - side];
-	c->tx = &h->ring[side];
-	c->rx = &h->ring[1 - side];
-	c->txd = (unsigned char *)h + DSOCK_SHM_HDR + (size_t)side * size;
-	c->rxd = (unsigned char *)h + DSOCK_SHM_HDR + (size_t)(1 - side) * size;
-	return 0;
-}
-
 /* Attaches a PAIRED result.  Must not run while a thread of ours is in a
  * kernel read of this socket (it could read a token as data once the peer
  * switches): then the result waits for the next call.  One attach at a
  * time per connection: the result comes once, and a delayed one is
  * claimed by one thread (shm_progress). */
-static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size, uint32_t link, int link_side,
-		   unsigned link_gen)
+static void attach(struct dsock_sock *s, const struct shm_given *g)
 {
 	struct shm_conn *c = shm_conn(s);
 	int r;
@@ -209,24 +168,25 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size, uin
 	}
 	if (atomic_load(&c->kernel_rx_inflight) > 0 || pthread_mutex_timedlock(&c->mu, &until) != 0) {
 		atomic_store(&c->attaching, 0);
-		c->delayed_side = side;
-		c->delayed_size = size;
-		c->delayed_link = link;
-		c->delayed_link_side = link_side;
-		c->delayed_link_gen = link_gen;
-		/* release: a claimer (shm_progress) sees side and size too */
-		__atomic_store_n(&c->delayed_memfd, memfd, __ATOMIC_RELEASE);
+		c->delayed = *g;
+		/* release: a claimer (shm_progress) sees what was given */
+		__atomic_store_n(&c->delayed_set, 1, __ATOMIC_RELEASE);
 		return;
 	}
-	r = shm_map_conn(c, memfd, side, size);
+	r = shm_map_given(c, g);
 	if (r) {
 		pthread_mutex_unlock(&c->mu);
-		dsock_real.close(memfd);
+		if (g->memfd >= 0)
+			dsock_real.close(g->memfd);
 		DSOCK_WARN("unusable connection memory from the daemon (%s)", strerror(-r));
 		atomic_store(&c->attaching, 0);
 		shm_detach(s, DSOCK_R_FAULT);
 		return;
 	}
+	/* before anything else touches it: the daemon gives the slot to no
+	 * other connection while we count */
+	__atomic_add_fetch(&c->h->maps[c->side], 1, __ATOMIC_SEQ_CST);
+	c->mapped = 1;
 	if (c->refuse) {
 		__atomic_store_n(&c->me->attached, DSOCK_ATT_REFUSED, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(&c->mu);
@@ -234,7 +194,7 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size, uin
 		shm_detach(s, (unsigned)c->refuse);
 		return;
 	}
-	DSOCK_DBG("sock %llu attached as side %d, ring %u bytes", (unsigned long long)s->id, side, size);
+	DSOCK_DBG("sock %llu attached as side %d, ring %u bytes", (unsigned long long)s->id, g->side, g->size);
 	/* no kernel read is in flight: the count is exact (side.kread) */
 	__atomic_store_n(&c->me->kread, (uint64_t)atomic_load(&c->pending_read), __ATOMIC_RELEASE);
 	__atomic_store_n(&c->me->tx_base, c->tx_base, __ATOMIC_RELAXED); /* (a peer's hand-over) */
@@ -249,7 +209,7 @@ static void attach(struct dsock_sock *s, int memfd, int side, uint32_t size, uin
 	__atomic_store_n(&c->me->attached, DSOCK_ATT_ATTACHED, __ATOMIC_SEQ_CST);
 	c->state = SC_ATTACHED;
 	c->fork_gen = shm_fork_gen;
-	shm_link_join(c, link, link_side, link_gen);
+	shm_link_join(c, g->link, g->link_side, g->gen);
 	shm_asleep_count(c, 1);
 	shm_fast_count(c);
 	atomic_store(&c->attaching, 0);
@@ -262,6 +222,10 @@ void shm_on_result(const struct dsock_msg_result *r, int memfd)
 
 	if (r->result == DSOCK_RES_LINK) {
 		shm_link_result(r, memfd);
+		return;
+	}
+	if (r->result == DSOCK_RES_POOL) {
+		shm_pool_result(r, memfd);
 		return;
 	}
 	uint64_t v = 0;
@@ -290,7 +254,10 @@ void shm_on_result(const struct dsock_msg_result *r, int memfd)
 		return;
 	}
 	if (r->result == DSOCK_RES_PAIRED) {
-		attach(c->sock, memfd, (int)r->side, r->ring_size, r->link, r->link_side, dsock_ctl_gen());
+		struct shm_given g = { .memfd = memfd, .pool = r->pool, .page = r->pool_page, .side = (int)r->side,
+				       .size = r->ring_size, .link = r->link, .link_side = r->link_side,
+				       .gen = dsock_ctl_gen() };
+		attach(c->sock, &g);
 	} else {
 		shm_detach(c->sock, r->reason);
 	}
@@ -298,6 +265,7 @@ void shm_on_result(const struct dsock_msg_result *r, int memfd)
 }
 
 #define OFFER_BYTES 65536 /* offered once this much moved (offer_due) */
+#define OFFER_BUSY_TRIES 8 /* offers a busy daemon may refuse before the kernel keeps it */
 
 /* Closes a memfd fetched for an exec, in the process that fetched it. */
 void shm_drop_exec_memfd(struct shm_conn *c)
@@ -317,7 +285,6 @@ struct shm_conn *shm_new_conn(struct dsock_sock *s)
 		return NULL;
 	c->nr = atomic_fetch_add(&conn_nr, 1) + 1;
 	c->exec_memfd = -1;
-	c->delayed_memfd = -1;
 	c->kfd = -1;
 	c->sock = s;
 	pthread_mutex_init(&c->mu, NULL);
@@ -440,8 +407,20 @@ static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 			s->state = DSOCK_ST_CONNECTED;
 			unlink_pending(c);
 			c->service = service_port(fd, c->role);
-			if (c->refuse || shm_calibrate(c, fd) || send_offer(s, fd, c->role, &reason))
-				shm_detach(s, c->refuse ? (unsigned)c->refuse : DSOCK_R_NO_DAEMON);
+			int e = 0;
+			if (c->refuse || shm_calibrate(c, fd) || (e = send_offer(s, fd, c->role, &reason))) {
+				if (e == -EAGAIN && ++c->offer_busy < OFFER_BUSY_TRIES) {
+					/* the daemon's queue is full (an offer storm): offer
+					 * again at the next call, not never */
+					c->state = SC_OFFER_DUE;
+					c->calls = shm_offer_calls - 1;
+					pthread_mutex_lock(&pending_mu);
+					list_pending_locked(c, 0);
+					pthread_mutex_unlock(&pending_mu);
+				} else {
+					shm_detach(s, c->refuse ? (unsigned)c->refuse : DSOCK_R_NO_DAEMON);
+				}
+			}
 		} /* else still connecting: a later call looks again */
 	}
 	atomic_store(&c->offering, 0);
@@ -465,18 +444,17 @@ int shm_progress(struct dsock_sock *s, int fd)
 				shm_detach(s, DSOCK_R_PEER_TIMEOUT);
 		}
 	}
-	if (__atomic_load_n(&c->delayed_memfd, __ATOMIC_RELAXED) >= 0 &&
-	    atomic_load(&c->kernel_rx_inflight) == 0) {
+	if (__atomic_load_n(&c->delayed_set, __ATOMIC_RELAXED) && atomic_load(&c->kernel_rx_inflight) == 0) {
 		/* claimed by one thread: two threads' calls may both find it,
 		 * and the attach that maps it closes the memfd; a second
 		 * attach would fail on a closed (or reused) fd number and
 		 * send back to the kernel a connection the peer already uses
 		 * (a hang: the peer on its ring, our reader in a plain kernel
 		 * read) */
-		int memfd = __atomic_exchange_n(&c->delayed_memfd, -1, __ATOMIC_ACQUIRE);
-		if (memfd >= 0)
-			attach(s, memfd, c->delayed_side, c->delayed_size, c->delayed_link, c->delayed_link_side,
-			       c->delayed_link_gen);
+		if (__atomic_exchange_n(&c->delayed_set, 0, __ATOMIC_ACQUIRE)) {
+			struct shm_given g = c->delayed;
+			attach(s, &g);
+		}
 	}
 	if (c->state == SC_ATTACHED && !__atomic_load_n(&c->reported, __ATOMIC_RELAXED) &&
 	    shm_active(c) && !__atomic_exchange_n(&c->reported, 1, __ATOMIC_RELAXED)) {
@@ -505,13 +483,19 @@ void shm_release(struct dsock_sock *s)
 	if (c->h) {
 		if (c->me->attached != DSOCK_ATT_ATTACHED)
 			__atomic_store_n(&c->me->attached, DSOCK_ATT_REFUSED, __ATOMIC_RELEASE);
-		munmap(c->h, c->map_len);
+		/* the last touch: the daemon may give the slot out again */
+		if (c->mapped)
+			__atomic_sub_fetch(&c->h->maps[c->side], 1, __ATOMIC_SEQ_CST);
+		if (c->pool)
+			shm_pool_put(c->pool);
+		else
+			munmap(c->h, c->map_len);
 	}
 	shm_drop_exec_memfd(c);
 	if (c->kfd >= 0)
 		dsock_real.close(c->kfd); /* the socket's last reference: FIN now */
-	if (c->delayed_memfd >= 0)
-		dsock_real.close(c->delayed_memfd);
+	if (c->delayed_set && c->delayed.memfd >= 0)
+		dsock_real.close(c->delayed.memfd);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
 }
@@ -531,15 +515,20 @@ void shm_fork_prepare(void)
 	 * the fork returns, or the parent's close could come first and end a
 	 * connection the child goes on using (its tokens would stop) */
 	pthread_mutex_lock(&held_mu);
-	for (struct shm_conn *c = held; c; c = c->hnext)
+	for (struct shm_conn *c = held; c; c = c->hnext) {
 		if (!c->let_go)
 			__atomic_add_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST);
+		if (c->mapped) /* the child maps it too until its release */
+			__atomic_add_fetch(&c->h->maps[c->side], 1, __ATOMIC_SEQ_CST);
+	}
 	/* and none stays on a link */
 	shm_link_fork_prepare();
+	shm_pool_fork_prepare();
 }
 
 void shm_fork_parent(void)
 {
+	shm_pool_fork_parent();
 	shm_link_fork_parent();
 	pthread_mutex_unlock(&held_mu);
 	pthread_mutex_unlock(&pending_mu);
@@ -551,6 +540,7 @@ void shm_fork_child(void)
 
 	shm_forget_tid();
 	shm_link_fork_child();
+	shm_pool_fork_child();
 	shm_membarrier_register(); /* a registration is the address space's */
 	pthread_mutex_init(&held_mu, NULL);
 	/* the child counts the connections it moves bytes through itself */

@@ -65,8 +65,8 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 	 * the daemon keeps one (we closed ours once mapped) */
 	int mine = c->exec_memfd >= 0 && c->exec_memfd_pid == (int)syscall(SYS_getpid); /* a dup's */
 	int mfd = !w->runs_dsock ? -1 : mine ? c->exec_memfd : dsock_ctl_fetch(DSOCK_PATH_SHM, s->id, fd, 1000);
-	int len = mfd < 0 ? -1 : snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%d:%u:%lld:%d",
-					  w->used ? "," : "", fd, mfd, c->side, c->size,
+	int len = mfd < 0 ? -1 : snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%u:%d:%u:%lld:%d",
+					  w->used ? "," : "", fd, mfd, c->page, c->side, c->size,
 					  (long long)c->tx_base, w->new_holder);
 	if (len < 0 || (size_t)len >= w->n - w->used) {
 		/* a program without dsock would read tokens as data; with no
@@ -146,12 +146,12 @@ void shm_adopt(void)
 	unsetenv("DSOCK_EXEC_SHM");
 	for (char *save, *e = strtok_r(copy, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
 		int fd, memfd, side, new_holder;
-		unsigned size;
+		unsigned size, page;
 		long long txb;
 		struct dsock_sock *s;
 		struct shm_conn *c;
 
-		if (sscanf(e, "%d:%d:%d:%u:%lld:%d", &fd, &memfd, &side, &size, &txb, &new_holder) != 6)
+		if (sscanf(e, "%d:%d:%u:%d:%u:%lld:%d", &fd, &memfd, &page, &side, &size, &txb, &new_holder) != 7)
 			continue;
 		dsock_real.fcntl(memfd, F_SETFD, FD_CLOEXEC);
 		s = dsock_fdt_get(fd);
@@ -161,7 +161,7 @@ void shm_adopt(void)
 			dsock_real.close(memfd);
 			continue;
 		}
-		if (shm_map_conn(c, memfd, side, size)) {
+		if (shm_map_conn(c, memfd, page, side, size)) {
 			free(c);
 			dsock_real.close(memfd);
 			dsock_sock_put(s);
@@ -172,8 +172,13 @@ void shm_adopt(void)
 		shm_fast_count(c);
 		c->reported = 1;
 		c->tx_base = txb;
-		if (new_holder)
+		/* the old program's count in holders and maps is ours; a
+		 * spawned child is a process more */
+		if (new_holder) {
 			__atomic_add_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST);
+			__atomic_add_fetch(&c->h->maps[side], 1, __ATOMIC_SEQ_CST);
+		}
+		c->mapped = 1;
 		shm_held_add(c);
 		s->reason = DSOCK_R_NONE;
 		s->state = DSOCK_ST_CONNECTED;

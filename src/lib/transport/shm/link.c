@@ -177,6 +177,7 @@ void shm_link_result(const struct dsock_msg_result *r, int fd)
 		if (l)
 			gone_locked(l);
 		pthread_mutex_unlock(&links_mu);
+		shm_pool_link_gone(r->link, side, gen);
 		return;
 	}
 	if (l) { /* (given twice: the first stands) */

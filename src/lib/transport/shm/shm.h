@@ -29,6 +29,19 @@
 
 enum { SC_OFFER_DUE = 1, SC_PENDING, SC_ATTACHED };
 
+/* What a PAIRED result gives a connection: its memory (a memfd, or slot
+ * `page` of pool `pool`, which this process holds), its side, the ring
+ * size and its link as named on daemon connection gen. */
+struct shm_given {
+	int memfd;           /* -1 with a pool */
+	uint32_t pool, page;
+	int side;
+	uint32_t size;
+	uint32_t link;
+	int link_side;
+	unsigned gen;
+};
+
 struct shm_conn {
 	_Atomic int state;   /* SC_*: any thread of ours may look */
 	_Atomic int offering; /* a thread is offering (OFFER_DUE) */
@@ -36,6 +49,7 @@ struct shm_conn {
 			      * exec'ed while pending, or an option the ring
 			      * cannot carry (SO_RCVLOWAT); 0: no */
 	int calls;           /* OFFER_DUE: data calls so far (offering thread) */
+	int offer_busy;      /* offers the daemon's full queue refused */
 	_Atomic int64_t early_sent; /* bytes sent on the kernel before the offer
 				     * (under mu; the calibration subtracts them) */
 	int offer_done;      /* the daemon no longer holds our socket */
@@ -85,12 +99,11 @@ struct shm_conn {
 	int reported;        /* the daemon has been told we are on shm */
 	int used_ring;       /* bytes moved through the ring (counted once) */
 	int64_t pending_since_ms;
-	int delayed_memfd;   /* a PAIRED result we could not attach yet */
-	int delayed_side;
-	uint32_t delayed_size;
-	uint32_t delayed_link;
-	int delayed_link_side;
-	unsigned delayed_link_gen;
+	struct shm_given delayed; /* a PAIRED result we could not attach yet, */
+	int delayed_set;          /* ... while this is 1 (claimed by exchange) */
+	struct shm_pool *pool; /* the pool our memory is in (NULL: a mapping of its own) */
+	uint32_t page;       /* where our memory starts in its memfd, in 4 KiB pages */
+	int mapped;          /* this process counts in h->maps[side] */
 	_Atomic int kernel_rx_inflight; /* PENDING kernel reads in progress */
 	_Atomic int64_t pending_read; /* bytes PENDING reads consumed (one
 				       * process: a fork refuses the pairing) */
@@ -202,16 +215,35 @@ void shm_link_fork_prepare(void);
 void shm_link_fork_parent(void);
 void shm_link_fork_child(void);
 
+/* ---- pools (pool.c) ---- */
+struct shm_pool;
+/* A RESULT of kind POOL: the pool's memfd (the handler owns it). */
+void shm_pool_result(const struct dsock_msg_result *r, int fd);
+/* Slot `page` (in 4 KiB pages) of pool id, as named on daemon connection
+ * gen, for rings of ring_size: its memory, the pool held (*out) until
+ * shm_pool_put; NULL if there is no such pool or slot. */
+void *shm_pool_slot(uint32_t id, unsigned gen, uint32_t page, uint32_t ring_size, struct shm_pool **out);
+void shm_pool_put(struct shm_pool *p);
+/* The link's other process left: its pools are named no more. */
+void shm_pool_link_gone(uint32_t link, int side, unsigned gen);
+void shm_pool_fork_prepare(void);
+void shm_pool_fork_parent(void);
+void shm_pool_fork_child(void);
+
 /* conn.c, for init.c: the daemon's answer to an offer (memfd: -1 unless
  * paired; the handler owns it). */
 struct dsock_msg_result;
 void shm_on_result(const struct dsock_msg_result *r, int memfd);
-/* conn.c, for exec.c: a new connection state for s (NULL: no memory); its
- * rings mapped from memfd (0 or -errno: the memory broke its rules); it
+/* conn.c, for exec.c: a new connection state for s (NULL: no memory);
+ * mem.c: its rings mapped from memfd at `page` 4 KiB pages (0 or -errno: the memory
+ * broke its rules); it
  * counts as carried (dsock_fastpath_conns) and as held (a fork counts its
  * holders); the memfd fetched for an exec closed. */
 struct shm_conn *shm_new_conn(struct dsock_sock *s);
-int shm_map_conn(struct shm_conn *c, int memfd, int side, uint32_t size);
+int shm_map_conn(struct shm_conn *c, int memfd, uint32_t page, int side, uint32_t size);
+/* mem.c: the memory a PAIRED result gives (a memfd of its own, which is
+ * closed once mapped, or a pool's slot, the pool held): 0 or -errno. */
+int shm_map_given(struct shm_conn *c, const struct shm_given *g);
 void shm_fast_count(struct shm_conn *c);
 void shm_held_add(struct shm_conn *c);
 void shm_drop_exec_memfd(struct shm_conn *c);
