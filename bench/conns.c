@@ -8,7 +8,7 @@
  *                            and closes, one connection at a time, and an
  *                            epoll server (a fork child) that echoes and
  *                            closes at EOF: prints "requests_per_sec"
- *   conns scale N SECS       N connections between two processes (a parent
+ *   conns scale N SECS [PAIRS]  N connections between two processes (a parent
  *                            that accepts and echoes with epoll, a child that
  *                            connects); the child makes WARM round trips on
  *                            each (the set-up: connecting, and under dsock
@@ -16,7 +16,11 @@
  *                            its first data calls), then sends 14 B round
  *                            trips round-robin over all N for SECS seconds.
  *                            Prints "round_trips_per_sec rss_kib_both
- *                            shm_kib_both setup_s"
+ *                            shm_kib_both setup_s".  With PAIRS, the N
+ *                            connections are spread over that many such
+ *                            pairs of processes (for an fd limit below N),
+ *                            their timed runs started together: the sums,
+ *                            and the longest set-up
  *   conns one N SECS         N connections within one process, every
  *                            accepted end in one epoll set; then, for SECS
  *                            seconds, a byte sent on a random connection,
@@ -243,6 +247,8 @@ static int one_ready(int n, double secs)
 	return 0;
 }
 
+static int ready_w = -1, go_r = -1; /* several pairs: their timed runs start together */
+
 static int scale(int n, double secs)
 {
 	struct sockaddr_in sa;
@@ -251,7 +257,7 @@ static int scale(int n, double secs)
 	char b[64];
 
 	/* the same limit natively and under dsock (which holds no fd per
-	 * connection in the application: the daemon keeps the memfds) */
+	 * connection in the application) */
 	raise_fd_limit((long)n + 256);
 	l = any_listener(&sa, 4096);
 	if (pipe(sync) < 0)
@@ -273,8 +279,10 @@ static int scale(int n, double secs)
 				if (send(fds[i], "ping-ping-ping", 14, 0) != 14 ||
 				    recv(fds[i], b, 14, MSG_WAITALL) != 14)
 					die("warm-up");
+		setup = now_s() - setup;
+		if (ready_w >= 0 && (write(ready_w, "r", 1) != 1 || read(go_r, b, 1) != 1))
+			die("start");
 		t0 = now_s();
-		setup = t0 - setup;
 		do {
 			for (int i = 0; i < n && (i & 63 || now_s() - t0 < secs); i++, rt++)
 				if (send(fds[i], "ping-ping-ping", 14, 0) != 14 || recv(fds[i], b, 14, MSG_WAITALL) != 14)
@@ -331,6 +339,61 @@ static int scale(int n, double secs)
 	}
 }
 
+/* N connections over `pairs` pairs of processes (a process's fd limit
+ * may hold fewer than N), their timed runs together: the sum of their
+ * round trips/s and memory, the longest set-up. */
+static int scale_pairs(int n, double secs, int pairs)
+{
+	int ready[2], go[2], out[2], failed = 0;
+	double rt = 0, setup = 0;
+	long rss = 0, shm = 0;
+	char b[256];
+
+	if (pairs <= 1)
+		return scale(n, secs);
+	if (pipe(ready) || pipe(go) || pipe(out))
+		die("pipe");
+	for (int p = 0; p < pairs; p++)
+		if (fork() == 0) {
+			ready_w = ready[1];
+			go_r = go[0];
+			dup2(out[1], 1);
+			int r = scale(n / pairs + (p < n % pairs), secs);
+			fflush(stdout);
+			_exit(r);
+		}
+	close(ready[1]);
+	close(go[0]);
+	close(out[1]);
+	for (int p = 0; p < pairs; p++)
+		if (read(ready[0], b, 1) != 1)
+			die("a pair failed to set up");
+	for (int p = 0; p < pairs; p++)
+		if (write(go[1], "g", 1) != 1)
+			die("start");
+	FILE *f = fdopen(out[0], "r");
+	for (int p = 0; p < pairs; p++) {
+		double r, su;
+		long a, c;
+		if (!f || !fgets(b, sizeof(b), f) || sscanf(b, "%lf %ld %ld %lf", &r, &a, &c, &su) != 4) {
+			failed = 1;
+			break;
+		}
+		rt += r;
+		rss += a;
+		shm += c;
+		setup = su > setup ? su : setup;
+	}
+	while (wait(NULL) > 0)
+		;
+	if (failed) {
+		fprintf(stderr, "a pair failed\n");
+		return 1;
+	}
+	printf("%.0f %ld %ld %.3f\n", rt, rss, shm, setup);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -338,10 +401,10 @@ int main(int argc, char **argv)
 		return rate(atof(argv[2]));
 	if (argc == 3 && !strcmp(argv[1], "req"))
 		return req(atof(argv[2]));
-	if (argc == 4 && !strcmp(argv[1], "scale"))
-		return scale(atoi(argv[2]), atof(argv[3]));
+	if ((argc == 4 || argc == 5) && !strcmp(argv[1], "scale"))
+		return scale_pairs(atoi(argv[2]), atof(argv[3]), argc == 5 ? atoi(argv[4]) : 1);
 	if (argc == 4 && !strcmp(argv[1], "one"))
 		return one_ready(atoi(argv[2]), atof(argv[3]));
-	fprintf(stderr, "usage: conns rate SECS | conns req SECS | conns scale N SECS | conns one N SECS\n");
+	fprintf(stderr, "usage: conns rate SECS | conns req SECS | conns scale N SECS [PAIRS] | conns one N SECS\n");
 	return 2;
 }

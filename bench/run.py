@@ -62,7 +62,15 @@ S = args.secs or (5 if FULL else 2)
 REPS = args.reps or (3 if FULL else 1)
 SIZES = [14, 64, 256, 1024, 4096, 16384, 65000] if FULL else [14, 1024, 16384]  # sockperf: at most 65507 B
 UDP_SIZES = [14, 1024, 8192] if FULL else [14]
-CONNS = [1, 10, 100, 1000, 5000, 10000] if FULL else [1, 100, 1000, 10000]
+CONNS = [1, 10, 100, 1000, 5000, 10000, 100000] if FULL else [1, 100, 1000, 10000, 100000]
+# connections one process may hold (each holds one end of each of its
+# connections, and a listener, epoll and pipes): past it, bench/conns.c
+# spreads them over several pairs of processes
+PER_PROC = max(1000, resource.getrlimit(resource.RLIMIT_NOFILE)[1] - 300)
+
+
+def scale_pairs(n):
+    return -(-n // PER_PROC)
 # one process holds both ends of each (2 fds per connection: 9,000 keeps
 # under a hard fd limit of 20,000, as on the project's VMs)
 ONE = [1, 10, 100, 1000, 9000] if FULL else [1, 1000, 9000]
@@ -390,7 +398,7 @@ def conn_req(mode):
 
 
 def conn_scale(mode, n):
-    out = run([tool("conns"), "scale", str(n), str(S)], mode).stdout.split()
+    out = run([tool("conns"), "scale", str(n), str(S), str(scale_pairs(n))], mode).stdout.split()
     mib = lambda k: round(int(k) / 1024, 1) if int(k) >= 0 else None  # negative: could not be read
     return float(out[0]), mib(out[1]), mib(out[2]), float(out[3])
 
@@ -456,7 +464,8 @@ for streams in (1, 4):
 measure("connect/accept/close loop (bench/conns.c rate)", conn_rate, metrics=[("", "conn/s", "higher", 0)])
 measure("one 100 B request per connection (bench/conns.c req)", conn_req, metrics=[("", "req/s", "higher", 0)])
 for n in CONNS:
-    measure(f"{n} connections, 14 B round trips round-robin (bench/conns.c scale)", conn_scale, n,
+    spread = f" in {scale_pairs(n)} process pairs" if scale_pairs(n) > 1 else ""
+    measure(f"{n} connections{spread}, 14 B round trips round-robin (bench/conns.c scale)", conn_scale, n,
             metrics=[("", "round trips/s", "higher", 0), (", RSS both processes", "MiB", "lower", 1),
                      (", shared memory both", "MiB", "lower", 2),
                      (", set-up (connect, 4 round trips each)", "s", "lower", 3)])
@@ -573,7 +582,9 @@ def plots():
     figure("throughput_vs_size.png", "TCP throughput (sockperf, one sender)", "message size (bytes)", "messages/s",
            "sockperf TCP throughput {} B", SIZES)
     figure("scaling_connections.png", "14 B round trips round-robin over N connections", "connections",
-           "round trips/s", "{} connections, 14 B round trips round-robin (bench/conns.c scale)", CONNS,
+           "round trips/s", lambda n: f"{n} connections" + (f" in {scale_pairs(n)} process pairs" if scale_pairs(n) > 1
+                                                          else "") + ", 14 B round trips round-robin (bench/conns.c scale)",
+           CONNS,
            keys=("native", "dsock"))
     figure("pairs.png", "sockperf ping-pong pairs on 2 cores, total", "pairs", "round trips/s",
            lambda n: f"{n} ping-pong pair{'s' if n > 1 else ''} on 2 cores, total", PAIRS, logy=False,

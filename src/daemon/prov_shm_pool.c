@@ -38,7 +38,7 @@ struct dd_shm_pool {
 };
 
 static uint32_t next_id;
-static unsigned long n_pools, n_lost, n_reused;
+static unsigned long n_pools, n_lost, n_freed;
 uint64_t dd_shm_pooled_bytes;
 
 /* The ring size for a new pool of a link whose processes already share
@@ -183,7 +183,7 @@ void dd_shm_pool_give_back(struct dd_pair *x)
 	    fallocate(p->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, (off_t)p->slot_bytes) == 0) {
 		p->free[p->nfree++] = x->slot;
 		dd_shm_pooled_bytes -= p->slot_bytes;
-		n_reused++;
+		n_freed++;
 	} else { /* (its memory stays counted) */
 		n_lost++;
 	}
@@ -207,6 +207,6 @@ void dd_shm_pool_stat(char *buf, size_t n)
 {
 	size_t l = strlen(buf);
 
-	snprintf(buf + l, n - l, " shm_pools=%lu shm_slots_reused=%lu shm_slots_lost=%lu", n_pools, n_reused,
+	snprintf(buf + l, n - l, " shm_pools=%lu shm_slots_freed=%lu shm_slots_lost=%lu", n_pools, n_freed,
 		 n_lost);
 }

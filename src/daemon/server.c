@@ -213,7 +213,7 @@ static int may_see(const struct ucred *who, uid_t owner)
 static int send_stat(struct dd_client *c)
 {
 	unsigned long paired, kernel, pending, live;
-	char transports[256] = "";
+	char transports[512] = "";
 	int r;
 
 	dd_pairing_stats(&paired, &kernel, &pending, &live);
