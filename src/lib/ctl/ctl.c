@@ -309,14 +309,23 @@ int dsock_ctl_event(const struct dsock_msg_sock_event *m)
 	return r;
 }
 
+#define OFFER_ROOM_WAITS 5 /* waits for room in the daemon's queue, */
+#define OFFER_ROOM_MS 10   /* ... each at most this long */
+
 int dsock_ctl_offer(uint64_t sock_id, int fd, unsigned role, unsigned transport, unsigned proof)
 {
 	struct dsock_msg_offer m = { .sock_id = sock_id, .role = role, .transport = (uint16_t)transport,
 				     .proof = (uint16_t)proof };
 	int r = -EAGAIN;
 
+	int full = 0;
+
 	DSOCK_GUARD_ENTER();
-	/* an offer is worth a short wait for the lock, unlike an event */
+	/* an offer is worth a short wait for the lock, unlike an event, and
+	 * for room in the daemon's queue (it holds 512 messages of ours): a
+	 * process that opens thousands of connections at once offers faster
+	 * than a busy daemon takes them, and an offer that waits a round of
+	 * the application's calls may find its other end expired */
 	for (int i = 0; i < 1000 && r == -EAGAIN; i++) {
 		if (ctl_trylock()) {
 			ctl_reconnect_locked();
@@ -328,6 +337,12 @@ int dsock_ctl_offer(uint64_t sock_id, int fd, unsigned role, unsigned transport,
 			ctl_unlock();
 			if (r != -EAGAIN)
 				break;
+			if (full++ < OFFER_ROOM_WAITS) {
+				struct pollfd p = { .fd = atomic_load(&ctl_fd), .events = POLLOUT };
+				if (p.fd >= 0)
+					dsock_real.poll(&p, 1, OFFER_ROOM_MS);
+				continue;
+			}
 		}
 		sched_yield();
 	}
