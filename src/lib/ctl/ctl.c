@@ -311,14 +311,14 @@ int dsock_ctl_event(const struct dsock_msg_sock_event *m)
 
 #define OFFER_ROOM_WAITS 5 /* waits for room in the daemon's queue, */
 #define OFFER_ROOM_MS 10   /* ... each at most this long */
+#define OFFER_ROOM_OFF_NS 1000000000LL /* no such waits this long after they all failed */
+static _Atomic int64_t room_waits_off;
 
 int dsock_ctl_offer(uint64_t sock_id, int fd, unsigned role, unsigned transport, unsigned proof)
 {
 	struct dsock_msg_offer m = { .sock_id = sock_id, .role = role, .transport = (uint16_t)transport,
 				     .proof = (uint16_t)proof };
-	int r = -EAGAIN;
-
-	int full = 0;
+	int r = -EAGAIN, full = 0;
 
 	DSOCK_GUARD_ENTER();
 	/* an offer is worth a short wait for the lock, unlike an event, and
@@ -337,7 +337,8 @@ int dsock_ctl_offer(uint64_t sock_id, int fd, unsigned role, unsigned transport,
 			ctl_unlock();
 			if (r != -EAGAIN)
 				break;
-			if (full++ < OFFER_ROOM_WAITS) {
+			if (full++ < OFFER_ROOM_WAITS &&
+			    dsock_mono_ns() >= atomic_load_explicit(&room_waits_off, memory_order_relaxed)) {
 				struct pollfd p = { .fd = atomic_load(&ctl_fd), .events = POLLOUT };
 				if (p.fd >= 0)
 					dsock_real.poll(&p, 1, OFFER_ROOM_MS);
@@ -346,6 +347,10 @@ int dsock_ctl_offer(uint64_t sock_id, int fd, unsigned role, unsigned transport,
 		}
 		sched_yield();
 	}
+	/* a daemon that took nothing in all that time (stopped, or stuck)
+	 * costs no more such waits for a while */
+	if (r == -EAGAIN && full >= OFFER_ROOM_WAITS)
+		atomic_store_explicit(&room_waits_off, dsock_mono_ns() + OFFER_ROOM_OFF_NS, memory_order_relaxed);
 	DSOCK_GUARD_EXIT();
 	return r;
 }
