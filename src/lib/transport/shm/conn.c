@@ -294,12 +294,18 @@ struct shm_conn *shm_new_conn(struct dsock_sock *s)
 static int send_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 {
 	struct shm_conn *c = shm_conn(s);
-	int r;
+	int r = 0;
 
+	/* listed all along, from OFFER_DUE through PENDING: a fork in
+	 * between must find it (it refuses every pairing not yet attached,
+	 * in both processes) */
+	pthread_mutex_lock(&pending_mu);
 	c->state = SC_PENDING;
 	c->pending_since_ms = dsock_mono_ns() / 1000000;
-	pthread_mutex_lock(&pending_mu);
-	r = list_pending_locked(c, 1);
+	if (!c->listed)
+		r = list_pending_locked(c, 1);
+	else if (dsock_hmap_put(&offered, c->sock->id, (uint64_t)(uintptr_t)c) < 0)
+		r = -ENOMEM;
 	pthread_mutex_unlock(&pending_mu);
 	if (r) {
 		*reason = DSOCK_R_NO_DAEMON;
@@ -307,6 +313,17 @@ static int send_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 	}
 	r = dsock_ctl_offer(s->id, fd, (unsigned)role, DSOCK_PATH_SHM, DSOCK_PROOF_NETNS);
 	DSOCK_DBG("sock %llu offered (role %d): %d", (unsigned long long)s->id, role, r);
+	if (r == -EAGAIN && ++c->offer_busy < OFFER_BUSY_TRIES) {
+		/* the daemon's queue is full (an offer storm): offered again
+		 * at the next call, not never; it stays listed */
+		pthread_mutex_lock(&pending_mu);
+		dsock_hmap_del(&offered, c->sock->id);
+		c->state = SC_OFFER_DUE;
+		c->calls = shm_offer_calls - 1;
+		pthread_mutex_unlock(&pending_mu);
+		*reason = DSOCK_R_PENDING;
+		return 0;
+	}
 	if (r) {
 		unlink_pending(c);
 		*reason = DSOCK_R_NO_DAEMON;
@@ -405,22 +422,9 @@ static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 			shm_detach(s, DSOCK_R_RCVLOWAT);
 		} else if (ti.tcpi_state == TCP_ESTABLISHED) {
 			s->state = DSOCK_ST_CONNECTED;
-			unlink_pending(c);
 			c->service = service_port(fd, c->role);
-			int e = 0;
-			if (c->refuse || shm_calibrate(c, fd) || (e = send_offer(s, fd, c->role, &reason))) {
-				if (e == -EAGAIN && ++c->offer_busy < OFFER_BUSY_TRIES) {
-					/* the daemon's queue is full (an offer storm): offer
-					 * again at the next call, not never */
-					c->state = SC_OFFER_DUE;
-					c->calls = shm_offer_calls - 1;
-					pthread_mutex_lock(&pending_mu);
-					list_pending_locked(c, 0);
-					pthread_mutex_unlock(&pending_mu);
-				} else {
-					shm_detach(s, c->refuse ? (unsigned)c->refuse : DSOCK_R_NO_DAEMON);
-				}
-			}
+			if (c->refuse || shm_calibrate(c, fd) || send_offer(s, fd, c->role, &reason))
+				shm_detach(s, c->refuse ? (unsigned)c->refuse : DSOCK_R_NO_DAEMON);
 		} /* else still connecting: a later call looks again */
 	}
 	atomic_store(&c->offering, 0);
