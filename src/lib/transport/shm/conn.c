@@ -169,6 +169,13 @@ static void attach(struct dsock_sock *s, const struct shm_given *g)
 	if (atomic_load(&c->kernel_rx_inflight) > 0 || pthread_mutex_timedlock(&c->mu, &until) != 0) {
 		atomic_store(&c->attaching, 0);
 		c->delayed = *g;
+		/* listed again while it waits: a fork before the claim refuses
+		 * it in both processes (a child that found it unlisted would
+		 * claim the result too, and attach the same connection) */
+		pthread_mutex_lock(&pending_mu);
+		if (!c->listed)
+			list_pending_locked(c, 0);
+		pthread_mutex_unlock(&pending_mu);
 		/* release: a claimer (shm_progress) sees what was given */
 		__atomic_store_n(&c->delayed_set, 1, __ATOMIC_RELEASE);
 		return;
@@ -457,6 +464,7 @@ int shm_progress(struct dsock_sock *s, int fd)
 		 * read) */
 		if (__atomic_exchange_n(&c->delayed_set, 0, __ATOMIC_ACQUIRE)) {
 			struct shm_given g = c->delayed;
+			unlink_pending(c);
 			attach(s, &g);
 		}
 	}
