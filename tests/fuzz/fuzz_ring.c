@@ -175,7 +175,7 @@ static int setup(struct world *w, unsigned opts)
 	}
 	baselines(w->a, &txb, &rxb);
 	TRACE("baselines: sent %lld, received %lld", txb, rxb);
-	snprintf(env, sizeof(env), "%d:%d:0:%d:%u:%lld:0", w->a, fcntl(w->memfd, F_DUPFD_CLOEXEC, 0),
+	snprintf(env, sizeof(env), "%d:%d:0:%d:%u:%lld", w->a, fcntl(w->memfd, F_DUPFD_CLOEXEC, 0),
 		 w->victim, RING, txb);
 	setenv("DSOCK_EXEC_SHM", env, 1);
 	shm_adopt();

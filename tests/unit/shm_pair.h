@@ -74,7 +74,7 @@ static inline void make_conn(struct conn *k, int lfd, struct sockaddr_in *la)
 	}
 	/* tx baselines: nothing but the SYN went yet (counted as 1, as the
 	 * transport's own calibration would see it) */
-	snprintf(env, sizeof(env), "%d:%d:0:0:%u:%lld:0,%d:%d:0:1:%u:%lld:0", k->a,
+	snprintf(env, sizeof(env), "%d:%d:0:0:%u:%lld,%d:%d:0:1:%u:%lld", k->a,
 		 fcntl(k->memfd, F_DUPFD_CLOEXEC, 0), RING, (long long)shm_kernel_sent(k->a), k->b,
 		 fcntl(k->memfd, F_DUPFD_CLOEXEC, 0), RING, (long long)shm_kernel_sent(k->b));
 	setenv("DSOCK_EXEC_SHM", env, 1);

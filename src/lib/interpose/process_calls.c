@@ -88,7 +88,7 @@ DSOCK_API int execve(const char *path, char *const argv[], char *const envp[])
 {
 	DSOCK_ENV_FIXED(envp, env, 0, AT_FDCWD, path, 0, argv);
 	int r_ = (int)SYSRET(dsock_real.execve(path, argv, env));
-	dsock_transports_exec_failed(); /* still here: the exec failed */
+	dsock_transports_exec_done(0); /* still here: the exec failed */
 	return (int)dsock_ret(r_);
 }
 
@@ -96,7 +96,7 @@ DSOCK_API int execvpe(const char *file, char *const argv[], char *const envp[])
 {
 	DSOCK_ENV_FIXED(envp, env, 0, AT_FDCWD, file, 1, argv);
 	int r_ = (int)SYSRET(dsock_real.execvpe(file, argv, env));
-	dsock_transports_exec_failed(); /* still here: the exec failed */
+	dsock_transports_exec_done(0); /* still here: the exec failed */
 	return (int)dsock_ret(r_);
 }
 
@@ -114,7 +114,7 @@ DSOCK_API int execveat(int dirfd, const char *path, char *const argv[], char *co
 {
 	DSOCK_ENV_FIXED(envp, env, 0, dirfd, (flags & AT_EMPTY_PATH) && !*path ? NULL : path, 0, argv);
 	int r_ = (int)SYSRET(dsock_real.execveat(dirfd, path, argv, env, flags));
-	dsock_transports_exec_failed(); /* still here: the exec failed */
+	dsock_transports_exec_done(0); /* still here: the exec failed */
 	return (int)dsock_ret(r_);
 }
 
@@ -122,7 +122,7 @@ DSOCK_API int fexecve(int fd, char *const argv[], char *const envp[])
 {
 	DSOCK_ENV_FIXED(envp, env, 0, fd, NULL, 0, argv);
 	int r_ = (int)SYSRET(dsock_real.fexecve(fd, argv, env));
-	dsock_transports_exec_failed(); /* still here: the exec failed */
+	dsock_transports_exec_done(0); /* still here: the exec failed */
 	return (int)dsock_ret(r_);
 }
 
@@ -167,7 +167,7 @@ DSOCK_API int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_a
 {
 	DSOCK_ENV_FIXED(envp, env, 1, AT_FDCWD, path, 0, argv);
 	int r = dsock_real.posix_spawn(pid, path, fa, attr, argv, env);
-	dsock_transports_exec_failed(); /* the parent keeps its memfds private */
+	dsock_transports_exec_done(r == 0); /* the parent keeps its memfds private */
 	return r;
 }
 
@@ -176,6 +176,6 @@ DSOCK_API int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_
 {
 	DSOCK_ENV_FIXED(envp, env, 1, AT_FDCWD, file, 1, argv);
 	int r = dsock_real.posix_spawnp(pid, file, fa, attr, argv, env);
-	dsock_transports_exec_failed();
+	dsock_transports_exec_done(r == 0);
 	return r;
 }

@@ -102,8 +102,14 @@ EACH(before_sleep)
 EACH(adopt)
 EACH(fork_prepare)
 EACH(fork_child)
-EACH(exec_failed)
 EACH(exit)
+
+void dsock_transports_exec_done(int started)
+{
+	for (int i = 0; i < ntransports; i++)
+		if (transports[i]->exec_done)
+			transports[i]->exec_done(started);
+}
 
 void dsock_transports_collect(int64_t now)
 {

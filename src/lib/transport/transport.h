@@ -128,8 +128,10 @@ struct dsock_transport {
 	 * in a vfork child too: no allocation.  DSOCK_EXEC_* entries are
 	 * never inherited further than one exec. */
 	size_t (*exec_env)(char *buf, size_t n, int spawn, const struct dsock_exec_target *t);
-	/* The exec failed: this program goes on holding its connections. */
-	void (*exec_failed)(void);
+	/* After exec_env: the exec failed, or the spawn did (started 0: this
+	 * program goes on holding its connections alone), or a spawn's child
+	 * started (1: it holds what exec_env handed it). */
+	void (*exec_done)(int started);
 	/* Normal exit. */
 	void (*exit)(void);
 	/* Connections whose bytes this transport carried in this process, and
@@ -159,7 +161,7 @@ void dsock_transports_adopt(void);
 void dsock_transports_fork_prepare(void);
 void dsock_transports_fork_parent(void);
 void dsock_transports_fork_child(void);
-void dsock_transports_exec_failed(void);
+void dsock_transports_exec_done(int started);
 void dsock_transports_exit(void);
 /* The transports' exec_env entries as a list in buf: each entry ends
  * with a NUL, the list with an empty entry.  Returns 0 (nothing to add:

@@ -34,19 +34,33 @@
 static pthread_mutex_t pending_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_conn *pending;
 static struct dsock_hmap offered; /* sock id -> its shm_conn */
-/* attached connections, whose holders a fork counts (held_mu after pending_mu) */
+/* The connections whose memory this process maps and counts in maps:
+ * a fork counts each again for the child, which releases each once
+ * (held_mu after pending_mu).  A connection is on the pending list or on
+ * this one, never on both, and moves between them under both locks: a
+ * fork in between would leave a child that releases a count nobody
+ * added, and the daemon could give the slot to a new connection while a
+ * process still uses it. */
 static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_conn *held;
 
-void shm_held_add(struct shm_conn *c)
+static void held_add_locked(struct shm_conn *c, int add_map)
 {
-	pthread_mutex_lock(&held_mu);
+	if (add_map)
+		__atomic_add_fetch(&c->h->maps[c->side], 1, __ATOMIC_SEQ_CST);
+	c->mapped = 1;
 	c->hprev = NULL;
 	c->hnext = held;
 	if (held)
 		held->hprev = c;
 	held = c;
 	c->on_held = 1;
+}
+
+void shm_held_add(struct shm_conn *c, int add_map)
+{
+	pthread_mutex_lock(&held_mu);
+	held_add_locked(c, add_map);
 	pthread_mutex_unlock(&held_mu);
 }
 
@@ -190,23 +204,36 @@ static void attach(struct dsock_sock *s, const struct shm_given *g)
 		shm_detach(s, DSOCK_R_FAULT);
 		return;
 	}
-	/* before anything else touches it: the daemon gives the slot to no
-	 * other connection while we count */
-	__atomic_add_fetch(&c->h->maps[c->side], 1, __ATOMIC_SEQ_CST);
-	c->mapped = 1;
-	if (c->refuse) {
+	/* off the pending list and onto the held one at once (a fork
+	 * refuses it, or counts it for the child), and counted in maps
+	 * before anything else touches the slot: the daemon gives it to no
+	 * other connection while we count.  A refused one stays mapped and
+	 * counted until its release (a racing shutdown may still write its
+	 * closing flag), never counted among the holders. */
+	pthread_mutex_lock(&pending_mu);
+	unsigned refuse = (unsigned)c->refuse;
+	unlink_pending_locked(c);
+	if (refuse) {
+		c->let_go = 1;
+	} else {
+		/* no kernel read is in flight: the count is exact (side.kread) */
+		__atomic_store_n(&c->me->kread, (uint64_t)atomic_load(&c->pending_read), __ATOMIC_RELEASE);
+		__atomic_store_n(&c->me->tx_base, c->tx_base, __ATOMIC_RELAXED); /* (a peer's hand-over) */
+		/* (before a fork can count the child in) */
+		__atomic_store_n(&c->me->holders, 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_lock(&held_mu);
+	held_add_locked(c, 1);
+	pthread_mutex_unlock(&held_mu);
+	pthread_mutex_unlock(&pending_mu);
+	if (refuse) {
 		__atomic_store_n(&c->me->attached, DSOCK_ATT_REFUSED, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(&c->mu);
 		atomic_store(&c->attaching, 0);
-		shm_detach(s, (unsigned)c->refuse);
+		shm_detach(s, refuse);
 		return;
 	}
 	DSOCK_DBG("sock %llu attached as side %d, ring %u bytes", (unsigned long long)s->id, g->side, g->size);
-	/* no kernel read is in flight: the count is exact (side.kread) */
-	__atomic_store_n(&c->me->kread, (uint64_t)atomic_load(&c->pending_read), __ATOMIC_RELEASE);
-	__atomic_store_n(&c->me->tx_base, c->tx_base, __ATOMIC_RELAXED); /* (a peer's hand-over) */
-	__atomic_store_n(&c->me->holders, 1, __ATOMIC_RELEASE);
-	shm_held_add(c);
 	/* shut down while pending: never switch to the ring (seq_cst: a
 	 * shutdown racing with us sees our mapping, or we its wr_shut) */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -247,8 +274,12 @@ void shm_on_result(const struct dsock_msg_result *r, int memfd)
 		return; /* still pending; only the close waits for this */
 	}
 	if (c) {
-		/* unlinked now: it leaves PENDING either way */
-		unlink_pending_locked(c);
+		/* no second result finds it; a PAIRED one stays listed until
+		 * attach moves it to the held list (a fork in between refuses
+		 * it), a KERNEL one leaves the list now */
+		dsock_hmap_del(&offered, c->sock->id);
+		if (r->result != DSOCK_RES_PAIRED)
+			unlink_pending_locked(c);
 		dsock_sock_hold(c->sock);
 	}
 	pthread_mutex_unlock(&pending_mu);
@@ -464,8 +495,7 @@ int shm_progress(struct dsock_sock *s, int fd)
 		 * read) */
 		if (__atomic_exchange_n(&c->delayed_set, 0, __ATOMIC_ACQUIRE)) {
 			struct shm_given g = c->delayed;
-			unlink_pending(c);
-			attach(s, &g);
+			attach(s, &g); /* (which unlists it) */
 		}
 	}
 	if (c->state == SC_ATTACHED && !__atomic_load_n(&c->reported, __ATOMIC_RELAXED) &&
@@ -498,10 +528,7 @@ void shm_release(struct dsock_sock *s)
 		/* the last touch: the daemon may give the slot out again */
 		if (c->mapped)
 			__atomic_sub_fetch(&c->h->maps[c->side], 1, __ATOMIC_SEQ_CST);
-		if (c->pool)
-			shm_pool_put(c->pool);
-		else
-			munmap(c->h, c->map_len);
+		shm_unmap(c);
 	}
 	shm_drop_exec_memfd(c);
 	if (c->kfd >= 0)
@@ -564,12 +591,15 @@ void shm_fork_child(void)
 	pthread_mutex_init(&pending_mu, NULL);
 	pending = NULL;
 	dsock_hmap_free(&offered);
-	/* the answers go to the parent: here these stay on the kernel */
+	/* the answers go to the parent: here these stay on the kernel; one
+	 * that a thread of the parent was attaching may be mapped already,
+	 * uncounted for us: dropped untouched */
 	for (struct shm_conn *c = list, *next; c; c = next) {
 		next = c->next;
 		c->next = c->prev = NULL;
 		c->listed = 0;
 		c->state = SC_PENDING;
+		shm_unmap(c);
 		dsock_sock_detach(c->sock, DSOCK_R_FORKED);
 	}
 }

@@ -31,6 +31,7 @@ struct exec_walk {
 	char *buf;
 	size_t n, used;
 	int restore;
+	int started;    /* (restore) the spawned child runs */
 	int new_holder; /* the new program runs in a process not counted yet */
 	unsigned mark;  /* this exec attempt */
 	const struct dsock_exec_target *target;
@@ -52,6 +53,11 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 	}
 	if (w->restore) {
 		shm_drop_exec_memfd(c); /* the exec failed, or a spawned child has it */
+		if (c->exec_counted == exec_mark && !w->started) { /* no new holder after all */
+			__atomic_sub_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST);
+			__atomic_sub_fetch(&c->h->maps[c->side], 1, __ATOMIC_SEQ_CST);
+		}
+		c->exec_counted = 0;
 		if (c->exec_dropped) { /* still ours after all */
 			c->exec_dropped = 0;
 			c->let_go = 0;
@@ -65,9 +71,9 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 	 * the daemon keeps one (we closed ours once mapped) */
 	int mine = c->exec_memfd >= 0 && c->exec_memfd_pid == (int)syscall(SYS_getpid); /* a dup's */
 	int mfd = !w->runs_dsock ? -1 : mine ? c->exec_memfd : dsock_ctl_fetch(DSOCK_PATH_SHM, s->id, fd, 1000);
-	int len = mfd < 0 ? -1 : snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%u:%d:%u:%lld:%d",
+	int len = mfd < 0 ? -1 : snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%u:%d:%u:%lld",
 					  w->used ? "," : "", fd, mfd, c->page, c->side, c->size,
-					  (long long)c->tx_base, w->new_holder);
+					  (long long)c->tx_base);
 	if (len < 0 || (size_t)len >= w->n - w->used) {
 		/* a program without dsock would read tokens as data; with no
 		 * memory to hand over (no daemon: it restarted, or it forgot a
@@ -87,6 +93,11 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 	c->exec_memfd_pid = (int)syscall(SYS_getpid);
 	w->used += (size_t)len;
 	c->exec_mark = w->mark;
+	if (w->new_holder && c->exec_counted != w->mark) { /* (one count for several fds) */
+		__atomic_add_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST);
+		__atomic_add_fetch(&c->h->maps[c->side], 1, __ATOMIC_SEQ_CST);
+		c->exec_counted = w->mark;
+	}
 }
 
 /* After the walk: a connection none of whose fds survives the exec is
@@ -128,9 +139,9 @@ size_t shm_exec_env(char *buf, size_t n, int spawn, const struct dsock_exec_targ
 	return sizeof(name) - 1 + w.used;
 }
 
-void shm_exec_failed(void)
+void shm_exec_done(int started)
 {
-	struct exec_walk w = { .restore = 1 };
+	struct exec_walk w = { .restore = 1, .started = started };
 	dsock_fdt_walk(exec_one, &w);
 }
 
@@ -145,13 +156,13 @@ void shm_adopt(void)
 	snprintf(copy, sizeof(copy), "%s", env);
 	unsetenv("DSOCK_EXEC_SHM");
 	for (char *save, *e = strtok_r(copy, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
-		int fd, memfd, side, new_holder;
+		int fd, memfd, side;
 		unsigned size, page;
 		long long txb;
 		struct dsock_sock *s;
 		struct shm_conn *c;
 
-		if (sscanf(e, "%d:%d:%u:%d:%u:%lld:%d", &fd, &memfd, &page, &side, &size, &txb, &new_holder) != 7)
+		if (sscanf(e, "%d:%d:%u:%d:%u:%lld", &fd, &memfd, &page, &side, &size, &txb) != 6)
 			continue;
 		dsock_real.fcntl(memfd, F_SETFD, FD_CLOEXEC);
 		s = dsock_fdt_get(fd);
@@ -162,6 +173,9 @@ void shm_adopt(void)
 			continue;
 		}
 		if (shm_map_conn(c, memfd, page, side, size)) {
+			/* (the count the old program made for us stays: the
+			 * slot is lost to its pool, never given to another) */
+			DSOCK_WARN("cannot map the memory of fd %d handed over by exec: it stays on the kernel", fd);
 			free(c);
 			dsock_real.close(memfd);
 			dsock_sock_put(s);
@@ -172,14 +186,9 @@ void shm_adopt(void)
 		shm_fast_count(c);
 		c->reported = 1;
 		c->tx_base = txb;
-		/* the old program's count in holders and maps is ours; a
-		 * spawned child is a process more */
-		if (new_holder) {
-			__atomic_add_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST);
-			__atomic_add_fetch(&c->h->maps[side], 1, __ATOMIC_SEQ_CST);
-		}
-		c->mapped = 1;
-		shm_held_add(c);
+		/* the old program counted us in holders and maps (for a
+		 * spawned child: before it ran) */
+		shm_held_add(c, 0);
 		s->reason = DSOCK_R_NONE;
 		s->state = DSOCK_ST_CONNECTED;
 		dsock_sock_attach(s, &dsock_shm_transport, c);

@@ -74,11 +74,24 @@ int shm_map_given(struct shm_conn *c, const struct shm_given *g)
 		return shm_map_conn(c, g->memfd, 0, g->side, g->size);
 	if (!size_ok(g->side, g->size) || !(h = shm_pool_slot(g->pool, g->gen, g->page, g->size, &p)))
 		return -ENOENT;
+	c->pool = p; /* before c->h: shm_unmap (a fork child's) finds both */
 	if ((r = use_mem(c, h, DSOCK_SHM_HDR + 2 * (size_t)g->size, g->side, g->size))) {
+		c->pool = NULL;
 		shm_pool_put(p);
 		return r;
 	}
-	c->pool = p;
 	c->page = g->page;
 	return 0;
+}
+
+void shm_unmap(struct shm_conn *c)
+{
+	if (!c->h)
+		return;
+	if (c->pool)
+		shm_pool_put(c->pool);
+	else
+		munmap(c->h, c->map_len);
+	c->h = NULL;
+	c->pool = NULL;
 }

@@ -307,7 +307,7 @@ const struct dsock_transport dsock_shm_transport = {
 	.fork_parent = shm_fork_parent,
 	.fork_child = shm_fork_child,
 	.exec_env = shm_exec_env,
-	.exec_failed = shm_exec_failed,
+	.exec_done = shm_exec_done,
 	.exit = shm_exit,
 	.counts = shm_counts,
 };

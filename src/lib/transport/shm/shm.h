@@ -93,6 +93,7 @@ struct shm_conn {
 	struct shm_conn *hnext, *hprev;
 	unsigned exec_mark;  /* the exec attempt that hands it over */
 	int exec_dropped;    /* let go of for an exec that may still fail */
+	unsigned exec_counted; /* the exec attempt that counted its new process in holders and maps */
 	int app_nodelay, nodelay_saved; /* TCP_NODELAY as the application set it */
 	int64_t tx_base;     /* the kernel's sent-byte counter before any
 			      * application byte moved (the SYN may count) */
@@ -176,10 +177,13 @@ void shm_fork_child(void);
 /* exec: hands attached connections to the new program through the
  * environment (DSOCK_EXEC_SHM), and takes them back in it; if the new
  * program will not run dsock (t), they go back to the kernel instead.  spawn: the new
- * program runs in another process (posix_spawn), which adds a holder. */
+ * program runs in another process (posix_spawn), a holder more: counted
+ * here, before it runs (a close of ours and the peer's could otherwise
+ * end the connection, and the daemon give its slot to another, before
+ * the new program maps it), and uncounted by shm_exec_done(0). */
 struct dsock_exec_target;
 size_t shm_exec_env(char *buf, size_t n, int spawn, const struct dsock_exec_target *t);
-void shm_exec_failed(void);
+void shm_exec_done(int started);
 void shm_adopt(void);
 /* Normal exit: this process lets go of its connections as close does (a
  * process that ends with _exit or a signal cannot: see ARCHITECTURE.md). */
@@ -234,18 +238,24 @@ void shm_pool_fork_child(void);
  * paired; the handler owns it). */
 struct dsock_msg_result;
 void shm_on_result(const struct dsock_msg_result *r, int memfd);
-/* conn.c, for exec.c: a new connection state for s (NULL: no memory);
- * mem.c: its rings mapped from memfd at `page` 4 KiB pages (0 or -errno: the memory
- * broke its rules); it
- * counts as carried (dsock_fastpath_conns) and as held (a fork counts its
- * holders); the memfd fetched for an exec closed. */
+/* conn.c, for exec.c: a new connection state for s (NULL: no memory). */
 struct shm_conn *shm_new_conn(struct dsock_sock *s);
+/* mem.c: c's rings mapped from memfd at `page` 4 KiB pages (0 or -errno:
+ * the memory broke its rules); the memfd is closed once mapped. */
 int shm_map_conn(struct shm_conn *c, int memfd, uint32_t page, int side, uint32_t size);
 /* mem.c: the memory a PAIRED result gives (a memfd of its own, which is
  * closed once mapped, or a pool's slot, the pool held): 0 or -errno. */
 int shm_map_given(struct shm_conn *c, const struct shm_given *g);
+/* mem.c: drops c's mapping without touching the memory (for a process
+ * that does not count in maps: the slot may be another's by now). */
+void shm_unmap(struct shm_conn *c);
+/* Counts c as carried (dsock_fastpath_conns). */
 void shm_fast_count(struct shm_conn *c);
-void shm_held_add(struct shm_conn *c);
+/* Lists c among the connections this process maps and counts in
+ * h->maps (c->mapped; a fork counts them again for the child, and the
+ * holders of those not let go).  add_map: count this process in maps
+ * now (an exec's adopter was counted by the old program). */
+void shm_held_add(struct shm_conn *c, int add_map);
 void shm_drop_exec_memfd(struct shm_conn *c);
 /* This thread's owner id for the lock words (lock.c). */
 int shm_my_tid(void);

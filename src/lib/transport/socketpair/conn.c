@@ -435,10 +435,11 @@ static size_t sp_exec_env(char *buf, size_t n, int spawn, const struct dsock_exe
 	return sizeof(name) - 1 + w.used;
 }
 
-static void sp_exec_failed(void)
+static void sp_exec_done(int started)
 {
 	struct exec_walk w = { .restore = 1 };
 
+	(void)started; /* the parent's copies close either way */
 	dsock_fdt_walk(exec_one, &w);
 }
 
@@ -559,7 +560,7 @@ const struct dsock_transport dsock_socketpair_transport = {
 	.fork_parent = sp_fork_parent,
 	.fork_child = sp_fork_child,
 	.exec_env = sp_exec_env,
-	.exec_failed = sp_exec_failed,
+	.exec_done = sp_exec_done,
 	.exit = sp_exit,
 	.counts = sp_counts,
 };
