@@ -137,6 +137,8 @@ static void pair(struct dd_offer *a, struct dd_offer *b)
 		x->fd[0] = x->fd[1] = -1;
 		for (int i = 0; i < 2; i++) {
 			x->proc[i] = s[i]->to.proc;
+			x->pid[i] = s[i]->to.proc ? s[i]->to.proc->pid : 0;
+			x->start[i] = s[i]->to.proc ? s[i]->to.proc->start : 0;
 			x->sid[i] = s[i]->sock_id;
 			x->cookie[i] = s[i]->id.cookie;
 			x->ino[i] = s[i]->id.ino;
@@ -213,13 +215,11 @@ void dd_pairing_fetch(const struct dd_reply_to *to, const struct dsock_msg_fetch
 	if (getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &kl) == 0)
 		x = dd_pair_by_cookie(cookie, &side);
 	close(fd);
-	if (x && x->prov->transport == m->transport) {
+	if (x && x->prov->transport == m->transport &&
+	    (!x->prov->fetched || x->prov->fetched(x, side, to->proc ? to->proc->pid : 0, &r) == 0))
 		r.side = (uint32_t)side;
-		if (x->prov->fetched)
-			x->prov->fetched(x, side, &r);
-	} else {
+	else
 		x = NULL;
-	}
 	dd_send_result(to, &r, x ? x->fd[side] : -1);
 }
 

@@ -6,6 +6,7 @@
  * for an exec that hands a connection to a new program (the ends close
  * theirs once mapped: FETCH in proto.h). */
 #include "daemon/prov_shm.h"
+#include "daemon/lineage.h"
 #include "common/log.h"
 #include "common/shm_layout.h"
 
@@ -121,11 +122,18 @@ static int shm_make(struct dd_pair *x, const struct dd_reply_to *to[2], struct d
 	return 0;
 }
 
-static void shm_fetched(const struct dd_pair *x, int side, struct dsock_msg_result *r)
+/* A pool holds every connection between the two processes: its memfd
+ * goes only to the process that paired this end, or one of its line (a
+ * fork child, a spawned or exec'd program), never to another holder of
+ * the socket (one sent it over SCM_RIGHTS): that one's exec takes the
+ * connection back to the kernel instead. */
+static int shm_fetched(const struct dd_pair *x, int side, pid_t pid, struct dsock_msg_result *r)
 {
-	(void)side;
+	if (x->priv && (!pid || !x->start[side] || !dd_descends(pid, x->pid[side], x->start[side])))
+		return -EPERM;
 	r->ring_size = x->priv ? dd_shm_pool_ring(x) : ring_size;
 	r->pool_page = (uint32_t)(dd_shm_pool_off(x) / DSOCK_SHM_HDR);
+	return 0;
 }
 
 /* No process holds either end: each side attached and then let go by its

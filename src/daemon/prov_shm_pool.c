@@ -5,9 +5,10 @@
  * it, and retired when the link ends (no slot is given out again; the
  * memfd closes once its last pair is gone: an exec may still FETCH a
  * slot).  A freed slot is given out again only when no process maps it
- * (hdr.maps), after its pages are punched out; until then it is lost to
- * the pool, which only a process that dies holding a connection, or lies,
- * brings about. */
+ * (hdr.maps), after its pages are punched out; until then it waits, looked
+ * at again when the link needs a slot (a process in the middle of its
+ * release, or the dead sweep's early look), for good if a process died
+ * holding the connection or lies. */
 #include "daemon/prov_shm.h"
 #include "daemon/pairing.h"
 #include "common/log.h"
@@ -31,6 +32,9 @@ struct dd_shm_pool {
 	uint32_t next_new; /* slots below it have been given out */
 	uint32_t *free;    /* slots to give out again (nfree of them) */
 	uint32_t nfree;
+	uint32_t *waiting; /* freed slots some process still maps (nwaiting) */
+	uint32_t nwaiting;
+	uint32_t wait_at;  /* the next of them to look at */
 	int sent[2];       /* that side of the link has the memfd */
 	int retired;       /* its link ended */
 	uint32_t *link_live; /* the link's count of pairs (NULL once retired) */
@@ -38,7 +42,7 @@ struct dd_shm_pool {
 };
 
 static uint32_t next_id;
-static unsigned long n_pools, n_lost, n_freed;
+static unsigned long n_pools, n_waiting, n_freed;
 uint64_t dd_shm_pooled_bytes;
 
 /* The ring size for a new pool of a link whose processes already share
@@ -73,7 +77,8 @@ static struct dd_shm_pool *pool_new(uint32_t ring_size)
 	p->ring_size = ring_size;
 	p->slot_bytes = slot;
 	p->nslots = (uint32_t)(n < 1 ? 1 : n > DSOCK_POOL_SLOTS_MAX ? DSOCK_POOL_SLOTS_MAX : n);
-	p->free = malloc(p->nslots * sizeof(*p->free));
+	p->free = malloc(2 * (size_t)p->nslots * sizeof(*p->free));
+	p->waiting = p->free ? p->free + p->nslots : NULL;
 	p->fd = p->free ? dd_sealed_memfd("dsock-pool", p->nslots * slot, no_init, NULL) : -ENOMEM;
 	if (p->fd < 0) {
 		DSOCK_WARN("cannot create a pool of connection memory: %s", strerror(-p->fd));
@@ -90,6 +95,7 @@ static struct dd_shm_pool *pool_new(uint32_t ring_size)
 
 static void pool_free(struct dd_shm_pool *p)
 {
+	n_waiting -= p->nwaiting;
 	close(p->fd);
 	free(p->free);
 	free(p);
@@ -101,6 +107,48 @@ static off_t slot_off(const struct dd_shm_pool *p, uint32_t slot)
 	return (off_t)slot * (off_t)p->slot_bytes;
 }
 
+/* Gives slot out again if no process maps it: 1, else 0. */
+static int reclaim(struct dd_shm_pool *p, uint32_t slot)
+{
+	off_t off = slot_off(p, slot);
+	uint32_t maps[2];
+
+	/* nobody maps it (a process that lies only loses its own pair's
+	 * connections): zeroed, its memory returned, ready for the next */
+	if (pread(p->fd, maps, sizeof(maps), off + (off_t)offsetof(struct dsock_shm_hdr, maps)) !=
+		    (ssize_t)sizeof(maps) ||
+	    maps[0] || maps[1] || fallocate(p->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, (off_t)p->slot_bytes))
+		return 0;
+	p->free[p->nfree++] = slot;
+	dd_shm_pooled_bytes -= p->slot_bytes;
+	n_freed++;
+	return 1;
+}
+
+#define RECLAIM_LOOKS 64 /* waiting slots looked at when the link's pools are full */
+
+/* Looks at some waiting slots of the link's pools again, each pool's from
+ * where its last look stopped (slots that wait for good do not hide the
+ * others).  Runs once per pool's worth of pairings at most: a new pool
+ * follows a look that frees nothing. */
+static void reclaim_some(struct dd_shm_pool *list)
+{
+	int looks = 0;
+
+	for (struct dd_shm_pool *p = list; p && looks < RECLAIM_LOOKS; p = p->next)
+		for (uint32_t k = p->nwaiting < 8 ? p->nwaiting : 8; k && looks < RECLAIM_LOOKS; k--, looks++) {
+			uint32_t i = p->wait_at % p->nwaiting;
+			if (reclaim(p, p->waiting[i])) {
+				p->waiting[i] = p->waiting[--p->nwaiting];
+				n_waiting--;
+			} else {
+				p->wait_at = i + 1;
+			}
+			if (!p->nwaiting)
+				break;
+		}
+}
+
 int dd_shm_pool_take(struct dd_shm_pool **list, uint32_t *link_live, uint32_t link, const int ls[2],
 		     const struct dd_reply_to *to[2], uint32_t ring_size, struct dd_pair *x, struct dsock_msg_result r[2])
 {
@@ -109,6 +157,10 @@ int dd_shm_pool_take(struct dd_shm_pool **list, uint32_t *link_live, uint32_t li
 	uint32_t slot;
 
 	/* new pools go first: the first with room is found at once */
+	for (p = *list; p && !p->nfree && p->next_new == p->nslots; p = p->next)
+		;
+	if (!p)
+		reclaim_some(*list);
 	for (p = *list; p; p = p->next)
 		if (p->nfree || p->next_new < p->nslots)
 			break;
@@ -163,8 +215,6 @@ uint32_t dd_shm_pool_ring(const struct dd_pair *x)
 void dd_shm_pool_give_back(struct dd_pair *x)
 {
 	struct dd_shm_pool *p = x->priv;
-	off_t off = slot_off(p, x->slot);
-	uint32_t maps[2];
 
 	p->live--;
 	if (p->link_live)
@@ -175,17 +225,9 @@ void dd_shm_pool_give_back(struct dd_pair *x)
 			pool_free(p);
 		return;
 	}
-	/* nobody maps it (a process that lies only loses its own pair's
-	 * connections): zeroed, its memory returned, ready for the next */
-	if (pread(p->fd, maps, sizeof(maps), off + (off_t)offsetof(struct dsock_shm_hdr, maps)) ==
-		    (ssize_t)sizeof(maps) &&
-	    !maps[0] && !maps[1] &&
-	    fallocate(p->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, (off_t)p->slot_bytes) == 0) {
-		p->free[p->nfree++] = x->slot;
-		dd_shm_pooled_bytes -= p->slot_bytes;
-		n_freed++;
-	} else { /* (its memory stays counted) */
-		n_lost++;
+	if (!reclaim(p, x->slot)) { /* (its memory stays counted) */
+		p->waiting[p->nwaiting++] = x->slot;
+		n_waiting++;
 	}
 }
 
@@ -196,7 +238,7 @@ void dd_shm_pool_retire(struct dd_shm_pool *list)
 		p->retired = 1;
 		p->link_live = NULL;
 		p->next = NULL;
-		/* its lost slots go with it */
+		/* its waiting slots go with it */
 		dd_shm_pooled_bytes -= (uint64_t)(p->next_new - p->nfree - p->live) * p->slot_bytes;
 		if (!p->live)
 			pool_free(p);
@@ -207,6 +249,6 @@ void dd_shm_pool_stat(char *buf, size_t n)
 {
 	size_t l = strlen(buf);
 
-	snprintf(buf + l, n - l, " shm_pools=%lu shm_slots_freed=%lu shm_slots_lost=%lu", n_pools, n_freed,
-		 n_lost);
+	snprintf(buf + l, n - l, " shm_pools=%lu shm_slots_freed=%lu shm_slots_waiting=%lu", n_pools, n_freed,
+		 n_waiting);
 }

@@ -19,6 +19,8 @@ struct dd_reply_to;
  * process holds either end any more (dead). */
 struct dd_pair {
 	const struct dd_proc *proc[2]; /* NULL once that end is gone */
+	pid_t pid[2];                  /* each end's process, for good */
+	unsigned long long start[2];   /* (with its start time: lineage.h) */
 	uint64_t sid[2];
 	uint64_t cookie[2];
 	ino_t ino[2];
@@ -50,9 +52,11 @@ struct dd_provision {
 	 * other's close lets go of fd[] here (set to -1; a FETCH then finds
 	 * none).  NULL: the daemon keeps them while the pair lives. */
 	void (*sent)(struct dd_pair *x);
-	/* The RESULT's transport fields for a FETCH of side's resource (NULL:
-	 * none beyond the resource itself). */
-	void (*fetched)(const struct dd_pair *x, int side, struct dsock_msg_result *r);
+	/* The RESULT's transport fields for a FETCH of side's resource by the
+	 * process pid: 0, or -EPERM (that process may not have it: the
+	 * answer names no resource).  NULL: any holder of side's socket gets
+	 * the resource, and no more fields. */
+	int (*fetched)(const struct dd_pair *x, int side, pid_t pid, struct dsock_msg_result *r);
 	/* 1 if no process holds either end any more (read from what the
 	 * ends write: a lie only ends the pair early, or keeps it until the
 	 * processes leave).  May be NULL. */

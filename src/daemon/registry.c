@@ -1,4 +1,5 @@
 #include "daemon/registry.h"
+#include "daemon/lineage.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -85,6 +86,9 @@ struct dd_proc *dd_proc_add(pid_t pid, uid_t uid, const struct dsock_msg_hello *
 	if (!p)
 		return NULL;
 	p->pid = pid;
+	pid_t ppid;
+	if (dd_proc_stat(pid, &p->start, &ppid))
+		p->start = 0;
 	p->uid = uid;
 	p->ppid = h->ppid;
 	p->flags = h->flags;

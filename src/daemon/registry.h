@@ -26,6 +26,7 @@ struct dd_sock {
 
 struct dd_proc {
 	pid_t pid, ppid;
+	unsigned long long start; /* its start time (lineage.h; 0: not known) */
 	uid_t uid;
 	unsigned flags; /* DSOCK_HELLO_* */
 	char comm[32];

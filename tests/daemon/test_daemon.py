@@ -235,6 +235,124 @@ check("an offer for a transport the protocol does not name drops the client", dr
 for x in (a, b, c, cli, srv, lsn):
     x.close()
 
+# a pool holds every connection between two processes: a FETCH of a pooled
+# connection's memory is answered to the process that paired that end and to
+# its line (a fork child), never to another holder of its socket (here one
+# whose parent left, as a process that got the socket over SCM_RIGHTS).  Two
+# clients of this process offer the two ends for shm (2): the link and pool
+# come first, then PAIRED naming the pool, without an fd.
+pool_fds = {}
+def until_paired(s, sid):
+    """(result, pool, fds, page) of sid's PAIRED or KERNEL; pools given on
+    the way are kept in pool_fds by id."""
+    while True:
+        msg, fds, _, _ = socket.recv_fds(s, 4096, 1)
+        rsid, tp, _, res, side = struct.unpack_from("<QHHII", msg, 16)
+        pool, page = struct.unpack_from("<II", msg, 16 + 32)
+        if res in (1, 2) and rsid == sid:
+            return res, pool, fds, page
+        if res == 7 and fds and pool not in pool_fds:
+            pool_fds[pool] = fds.pop()
+        for fd in fds:
+            os.close(fd)
+def fetch_from(sock_fd, sid):
+    s = hello()
+    s.settimeout(5)
+    socket.send_fds(s, [hdr(FETCH, struct.pack("<QH6x", sid, 2))], [sock_fd])
+    msg, fds, _, _ = socket.recv_fds(s, 4096, 1)
+    s.close()
+    for fd in fds:
+        os.close(fd)
+    return struct.unpack_from("<I", msg, 16 + 12)[0], len(fds)
+def in_child(fn, orphan=False):
+    """fn's answer from a fork child (orphan: a grandchild whose parent left)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        if orphan:
+            parent = os.getpid()
+            if os.fork():
+                os._exit(0)
+            while os.getppid() == parent:
+                time.sleep(0.01)
+        try:
+            os.write(w, repr(fn()).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    with os.fdopen(r) as f:
+        return f.read()
+lsn = socket.socket(); lsn.bind(("127.0.0.1", 0)); lsn.listen(1)
+cli = socket.create_connection(lsn.getsockname()); srv, _ = lsn.accept()
+a, b = hello(), hello()
+a.settimeout(5); b.settimeout(5)
+offer(b, 18, 2, 2, srv)
+offer(a, 17, 1, 2, cli)
+pa, pb = until_paired(a, 17), until_paired(b, 18)
+check("two clients of one process pair a connection in a pool (no fd with PAIRED)",
+      pa[:2] == (1, pb[1]) and pb[0] == 1 and pa[1] != 0 and not pa[2] and not pb[2] and pa[1] in pool_fds,
+      (pa, pb))
+check("the process that paired it fetches its memory", fetch_from(cli.fileno(), 17) == (4, 1))
+check("a fork child of that process fetches it too",
+      in_child(lambda: fetch_from(cli.fileno(), 17)) == repr((4, 1)))
+check("a holder of the socket outside that process's line gets no memory",
+      in_child(lambda: fetch_from(cli.fileno(), 17), orphan=True) == repr((4, 0)))
+# a slot whose pair ended goes to a new connection only once no process maps
+# it: the pair above ends (both sides refused, read by the dead sweep that
+# each pairing runs) while its header counts a process on side 0, so the slot
+# waits; a second pair ends with nobody counted and its slot is freed at once
+import ctypes, mmap as mm
+with open(os.path.join(tmp, "offs.c"), "w") as f:
+    f.write('#include "common/shm_layout.h"\n#include <stddef.h>\n#include <stdio.h>\n'
+            'int main(void) { printf("%zu %zu %zu", offsetof(struct dsock_shm_hdr, maps),\n'
+            '  offsetof(struct dsock_shm_hdr, side[0].attached), offsetof(struct dsock_shm_hdr, side[1].attached)); }\n')
+offs = subprocess.run(["sh", "-c", "cc -Isrc -o %s/offs %s/offs.c && %s/offs" % (tmp, tmp, tmp)],
+                      cwd=os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."),
+                      capture_output=True, text=True).stdout.split()
+def stat_n(name):
+    m = re.search(r"\b%s=(\d+)" % name, stat())
+    return int(m.group(1)) if m else -1
+def end_pair(page, mapped):
+    view = mm.mmap(pool_fds[pa[1]], 0)
+    base = page * 4096
+    struct.pack_into("<II", view, base + int(offs[0]), mapped, 0)
+    struct.pack_into("<I", view, base + int(offs[1]), 2)
+    struct.pack_into("<I", view, base + int(offs[2]), 2)
+    view.close()
+def pair_more(n, sid0):
+    """n more pairings of the two clients (each runs the dead sweep)."""
+    keep = []
+    for k in range(n):
+        l2 = socket.socket(); l2.bind(("127.0.0.1", 0)); l2.listen(1)
+        c2 = socket.create_connection(l2.getsockname()); s2, _ = l2.accept()
+        offer(b, sid0 + 2 * k + 1, 2, 2, s2)
+        offer(a, sid0 + 2 * k, 1, 2, c2)
+        r = until_paired(a, sid0 + 2 * k), until_paired(b, sid0 + 2 * k + 1)
+        keep.append((l2, c2, s2, r))
+    return keep
+if len(offs) == 3:
+    waiting0, freed0 = stat_n("shm_slots_waiting"), stat_n("shm_slots_freed")
+    end_pair(pa[3], 1)
+    more = pair_more(3, 100)
+    check("a slot whose pair ended while a process still maps it waits",
+          stat_n("shm_slots_waiting") == waiting0 + 1 and stat_n("shm_slots_freed") == freed0,
+          (waiting0, freed0, stat()[:400]))
+    end_pair(more[0][3][0][3], 0)
+    more += pair_more(3, 200)
+    check("... and one nobody maps is freed at once",
+          stat_n("shm_slots_freed") == freed0 + 1 and stat_n("shm_slots_waiting") == waiting0 + 1, stat()[:400])
+    for l2, c2, s2, _ in more:
+        for x in (l2, c2, s2):
+            x.close()
+else:
+    check("the header's offsets from shm_layout.h", False, offs)
+for fd in pool_fds.values():
+    os.close(fd)
+for x in (a, b, cli, srv, lsn):
+    x.close()
+
 # 4a. results for a library that reads late: two clients offer the two
 # ends of 400 connections while neither reads, so the daemon has 1,200
 # results for them (HELD and PAIRED for each accepting end, PAIRED for each

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* Takes the connection memory at h (len bytes) if its header agrees. */
 static int use_mem(struct shm_conn *c, struct dsock_shm_hdr *h, size_t len, int side, uint32_t size)
@@ -43,8 +44,12 @@ int shm_map_conn(struct shm_conn *c, int memfd, uint32_t page, int side, uint32_
 {
 	size_t len = DSOCK_SHM_HDR + 2 * (size_t)size;
 	off_t off = (off_t)page * DSOCK_SHM_HDR;
+	/* mmap takes offsets in system pages, which may be larger than the
+	 * 4 KiB ones that number slots: from the page the slot starts in */
+	size_t delta = (size_t)(off % (off_t)sysconf(_SC_PAGESIZE));
 	int seals = dsock_real.fcntl(memfd, F_GET_SEALS);
 	struct stat st;
+	unsigned char *base;
 	struct dsock_shm_hdr *h;
 
 	if (!size_ok(side, size))
@@ -52,13 +57,16 @@ int shm_map_conn(struct shm_conn *c, int memfd, uint32_t page, int side, uint32_
 	if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(memfd, &st) < 0 || st.st_size < off ||
 	    (size_t)(st.st_size - off) < len)
 		return -EINVAL;
-	h = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, off);
-	if (h == MAP_FAILED)
+	base = mmap(NULL, len + delta, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, off - (off_t)delta);
+	if (base == MAP_FAILED)
 		return -errno;
+	h = (struct dsock_shm_hdr *)(base + delta);
 	if (use_mem(c, h, len, side, size)) {
-		munmap(h, len);
+		munmap(base, len + delta);
 		return -EINVAL;
 	}
+	c->map_len = len + delta;
+	c->map_delta = delta;
 	dsock_real.close(memfd);
 	c->page = page;
 	return 0;
@@ -91,7 +99,7 @@ void shm_unmap(struct shm_conn *c)
 	if (c->pool)
 		shm_pool_put(c->pool);
 	else
-		munmap(c->h, c->map_len);
+		munmap((unsigned char *)c->h - c->map_delta, c->map_len);
 	c->h = NULL;
 	c->pool = NULL;
 }

@@ -62,6 +62,8 @@ struct shm_conn {
 	int exec_memfd_pid;
 	struct dsock_shm_hdr *h;
 	size_t map_len;
+	size_t map_delta;    /* where the header lies past the mapping's start (a system page
+			      * larger than 4 KiB) */
 	uint32_t size;       /* ring size, read once at attach, never again */
 	unsigned char *txd, *rxd;
 	uint64_t tx_head;    /* the consumer's head as we last saw it */
