@@ -204,12 +204,14 @@ static void attach(struct dsock_sock *s, const struct shm_given *g)
 		shm_detach(s, DSOCK_R_FAULT);
 		return;
 	}
-	/* off the pending list and onto the held one at once (a fork
-	 * refuses it, or counts it for the child), and counted in maps
-	 * before anything else touches the slot: the daemon gives it to no
-	 * other connection while we count.  A refused one stays mapped and
-	 * counted until its release (a racing shutdown may still write its
-	 * closing flag), never counted among the holders. */
+	/* off the pending list and onto the held one, attached, at once: a
+	 * fork refuses it, or counts it for the child as attached (a child
+	 * that found it neither pending nor attached would take it to the
+	 * kernel while its parent uses the ring).  Counted in maps before
+	 * anything else touches the slot: the daemon gives it to no other
+	 * connection while we count.  A refused one stays mapped and counted
+	 * until its release (a racing shutdown may still write its closing
+	 * flag), never counted among the holders. */
 	pthread_mutex_lock(&pending_mu);
 	unsigned refuse = (unsigned)c->refuse;
 	unlink_pending_locked(c);
@@ -225,6 +227,19 @@ static void attach(struct dsock_sock *s, const struct shm_given *g)
 	pthread_mutex_lock(&held_mu);
 	held_add_locked(c, 1);
 	pthread_mutex_unlock(&held_mu);
+	if (!refuse) {
+		/* shut down while pending: never switch to the ring (seq_cst:
+		 * a shutdown racing with us sees our mapping, or we its
+		 * wr_shut) */
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&c->wr_shut, __ATOMIC_SEQ_CST))
+			__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
+		/* seq_cst: the peer switches only after it sees this */
+		__atomic_store_n(&c->me->attached, DSOCK_ATT_ATTACHED, __ATOMIC_SEQ_CST);
+		c->state = SC_ATTACHED;
+		/* (exact: a fork bumps it again under pending_mu) */
+		c->fork_gen = shm_fork_gen;
+	}
 	pthread_mutex_unlock(&pending_mu);
 	if (refuse) {
 		__atomic_store_n(&c->me->attached, DSOCK_ATT_REFUSED, __ATOMIC_RELEASE);
@@ -234,15 +249,6 @@ static void attach(struct dsock_sock *s, const struct shm_given *g)
 		return;
 	}
 	DSOCK_DBG("sock %llu attached as side %d, ring %u bytes", (unsigned long long)s->id, g->side, g->size);
-	/* shut down while pending: never switch to the ring (seq_cst: a
-	 * shutdown racing with us sees our mapping, or we its wr_shut) */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&c->wr_shut, __ATOMIC_SEQ_CST))
-		__atomic_store_n(&c->me->closing, 1, __ATOMIC_SEQ_CST);
-	/* seq_cst: the peer switches only after it sees this */
-	__atomic_store_n(&c->me->attached, DSOCK_ATT_ATTACHED, __ATOMIC_SEQ_CST);
-	c->state = SC_ATTACHED;
-	c->fork_gen = shm_fork_gen;
 	shm_link_join(c, g->link, g->link_side, g->gen);
 	shm_asleep_count(c, 1);
 	shm_fast_count(c);
@@ -304,14 +310,6 @@ void shm_on_result(const struct dsock_msg_result *r, int memfd)
 
 #define OFFER_BYTES 65536 /* offered once this much moved (offer_due) */
 #define OFFER_BUSY_TRIES 8 /* offers a busy daemon may refuse before the kernel keeps it */
-
-/* Closes a memfd fetched for an exec, in the process that fetched it. */
-void shm_drop_exec_memfd(struct shm_conn *c)
-{
-	if (c->exec_memfd >= 0 && c->exec_memfd_pid == (int)syscall(SYS_getpid))
-		dsock_real.close(c->exec_memfd);
-	c->exec_memfd = -1;
-}
 
 static _Atomic uint32_t conn_nr; /* numbers this process's connections (tail_writer) */
 
@@ -548,6 +546,9 @@ void shm_fork_prepare(void)
 	shm_fork_gen++;
 	/* held across the fork: no offer slips in between */
 	pthread_mutex_lock(&pending_mu);
+	/* again: an attach that read it under pending_mu before us takes
+	 * its connection for unshared no more (its link join fails) */
+	shm_fork_gen++;
 	for (struct shm_conn *c = pending; c; c = c->next)
 		c->refuse = DSOCK_R_FORKED;
 	/* the child holds every attached connection too: counted here, before
@@ -602,28 +603,4 @@ void shm_fork_child(void)
 		shm_unmap(c);
 		dsock_sock_detach(c->sock, DSOCK_R_FORKED);
 	}
-}
-
-/* Called before the kernel close of a PENDING socket: wait (briefly) until
- * the daemon has let go of its copy, so the close is the last reference. */
-static int offer_done(void *arg)
-{
-	struct shm_conn *c = arg;
-
-	return c->state != SC_PENDING || c->offer_done;
-}
-
-void shm_wait_offer_done(struct dsock_sock *s)
-{
-	dsock_ctl_mail_until(offer_done, shm_conn(s), 200);
-}
-
-void shm_before_close(struct dsock_sock *s, int fd)
-{
-	struct shm_conn *c = shm_conn(s);
-
-	/* a reference besides the fd table's: a call in flight (or a dup of
-	 * the fd; the copy then only outlives this fd) */
-	if (c && (atomic_load(&s->ref) > 1 || dsock_solo_inside(s)) && c->kfd < 0)
-		atomic_store(&c->kfd, dsock_real.fcntl(fd, F_DUPFD_CLOEXEC, 3));
 }

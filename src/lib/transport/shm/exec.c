@@ -26,6 +26,14 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Closes a memfd fetched for an exec, in the process that fetched it. */
+void shm_drop_exec_memfd(struct shm_conn *c)
+{
+	if (c->exec_memfd >= 0 && c->exec_memfd_pid == (int)syscall(SYS_getpid))
+		dsock_real.close(c->exec_memfd);
+	c->exec_memfd = -1;
+}
+
 /* ---- exec ------------------------------------------------------------------ */
 struct exec_walk {
 	char *buf;

@@ -4,9 +4,12 @@
 #include "lib/base/real.h"
 #include "common/proto.h"
 #include "lib/sock/ready.h"
+#include "lib/sock/solo.h"
+#include "lib/ctl/ctl.h"
 #include "common/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <linux/sockios.h>
@@ -75,6 +78,30 @@ long shm_readable(struct dsock_sock *s, int fd)
 /* The last fd of this process is about to close.  With unread data the
  * kernel would reset the connection: so do we.  Otherwise stop taking
  * tokens and drain those there, so that the kernel close is a clean FIN. */
+/* Called before the kernel close of a PENDING socket: wait (briefly) until
+ * the daemon has let go of its copy, so the close is the last reference. */
+static int offer_done(void *arg)
+{
+	struct shm_conn *c = arg;
+
+	return c->state != SC_PENDING || c->offer_done;
+}
+
+void shm_wait_offer_done(struct dsock_sock *s)
+{
+	dsock_ctl_mail_until(offer_done, shm_conn(s), 200);
+}
+
+void shm_before_close(struct dsock_sock *s, int fd)
+{
+	struct shm_conn *c = shm_conn(s);
+
+	/* a reference besides the fd table's: a call in flight (or a dup of
+	 * the fd; the copy then only outlives this fd) */
+	if (c && (atomic_load(&s->ref) > 1 || dsock_solo_inside(s)) && c->kfd < 0)
+		atomic_store(&c->kfd, dsock_real.fcntl(fd, F_DUPFD_CLOEXEC, 3));
+}
+
 void shm_closing(struct dsock_sock *s, int fd)
 {
 	struct shm_conn *c = shm_conn(s);
