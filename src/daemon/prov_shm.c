@@ -137,12 +137,16 @@ static int shm_fetched(const struct dd_pair *x, int side, pid_t pid, struct dsoc
 }
 
 /* No process holds either end: each side attached and then let go by its
- * last holder, or refused. */
+ * last holder, or refused; and, in a pool, no process maps the slot any
+ * more (a refused side stays mapped until its release: freed while mapped,
+ * the slot would wait instead of coming back at once). */
 static int shm_dead(const struct dd_pair *x)
 {
 	struct dsock_shm_side side[2];
+	uint32_t maps[2];
+	off_t off = dd_shm_pool_off(x);
 
-	if (pread(x->fd[0], side, sizeof(side), dd_shm_pool_off(x) + (off_t)offsetof(struct dsock_shm_hdr, side)) !=
+	if (pread(x->fd[0], side, sizeof(side), off + (off_t)offsetof(struct dsock_shm_hdr, side)) !=
 	    (ssize_t)sizeof(side))
 		return 0;
 	for (int i = 0; i < 2; i++) {
@@ -150,7 +154,9 @@ static int shm_dead(const struct dd_pair *x)
 		if (!(att == DSOCK_ATT_REFUSED || (att == DSOCK_ATT_ATTACHED && side[i].holders == 0)))
 			return 0;
 	}
-	return 1;
+	return !x->priv || (pread(x->fd[0], maps, sizeof(maps), off + (off_t)offsetof(struct dsock_shm_hdr, maps)) ==
+				    (ssize_t)sizeof(maps) &&
+			    !maps[0] && !maps[1]);
 }
 
 static void shm_release(struct dd_pair *x)

@@ -35,6 +35,10 @@
      connection whose bytes are already there (announced to the busy
      poller, no token behind them): natively the ADD wakes it, and under
      dsock too (a poke), every round.
+ 11. a pairing refused because the process forked while it was pending
+     (its memory mapped, then refused at the attach), closed later in a
+     second fork child and in the process: every count of the slot comes
+     off, and the daemon frees it (no slot waits).
 
 Each check prints ok/FAIL; exit 0 on pass; last line 'faults: N passed, N failed'."""
 import os, shutil, signal, subprocess, sys, tempfile, time
@@ -499,6 +503,65 @@ while True: a.sendall(b"z" * 65536)
 
     sleepers(9, "sleepers beside a busy poller wake (recv; epoll on a pipe, given a connection)", ["5"])
     sleepers(10, "a sleeper given a connection whose bytes are there wakes at the ADD", ["5", "before"])
+
+    # ---- 11. a refused pairing's slot comes back after forks ---------------
+    # (the daemon is stopped while both ends offer and the process forks, so
+    # the pairing is pending at the fork for certain)
+    REFUSED = r'''
+import os, socket, time
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(8)
+c = socket.create_connection(l.getsockname()); s, _ = l.accept()
+print("ready", flush=True); input()
+c.sendall(b"x"); s.recv(1)       # both ends offer at their first call
+pid = os.fork()                  # refuses the pending pairing
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+print("forked", flush=True); input()
+time.sleep(0.3)                  # the results wait in the mail
+c2 = socket.create_connection(l.getsockname()); s2, _ = l.accept()
+for i in range(20):              # calls on another connection read them:
+    c2.sendall(b"z"); s2.recv(1) # mapped, then refused
+print("refused", flush=True); input()
+pid = os.fork()                  # a child that closes both, then goes
+if pid == 0:
+    c.close(); s.close(); os._exit(0)
+os.waitpid(pid, 0)
+c.close(); s.close()
+print("closed", flush=True); input()
+'''
+    def stat_n(name):
+        for w in stat().split():
+            if w.startswith(name + "="):
+                return int(w.split("=")[1])
+        return -1
+    p = under_dsock(REFUSED, env=dict(ENV, DSOCK_OFFER_CALLS="1"))
+    ready = line(p)
+    freed0, waiting0, dpid = stat_n("shm_slots_freed"), stat_n("shm_slots_waiting"), daemon_pid()
+    os.kill(dpid, signal.SIGSTOP)
+    try:
+        say(p, "")
+        forked = line(p)
+    finally:
+        os.kill(dpid, signal.SIGCONT)
+    say(p, "")
+    out = line(p)
+    # (the first connection's two sockets: on the kernel, both ends paired)
+    st = stat()
+    first = [l for l in st.splitlines() if l.startswith("sock pid=%d " % p.pid) and (" id=2 " in l or " id=3 " in l)]
+    check("11. a pairing pending at a fork is refused in the process (paired, on the kernel)",
+          (ready, forked, out) == ("ready", "forked", "refused") and len(first) == 2 and
+          all("path=kernel" in l for l in first) and stat_n("paired") >= 2, (ready, forked, out, st))
+    say(p, "")
+    out = line(p)
+    end = time.time() + 5
+    while time.time() < end and stat_n("shm_slots_freed") < freed0 + 1:
+        time.sleep(0.05)
+    check("11. closed in a fork child and in the process, its slot is freed, none waits",
+          out == "closed" and stat_n("shm_slots_freed") == freed0 + 1 and stat_n("shm_slots_waiting") == waiting0,
+          (out, freed0, waiting0, stat()[:600]))
+    say(p, "")
+    p.wait(timeout=10)
 
 finally:
     for p in procs:
