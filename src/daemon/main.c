@@ -84,7 +84,7 @@ int main(int argc, char **argv)
 	char log_path[sizeof(path) + 8];
 	struct dd_config cfg = { .max_clients = 4096 };
 	const char *log_file = NULL;
-	int foreground = 0, level = DSOCK_LOG_INFO, c, lock_fd, lfd, rc;
+	int foreground = 0, level = DSOCK_LOG_INFO, c, lock_fd, lfd, rc, up[2] = { -1, -1 };
 
 	while ((c = getopt_long(argc, argv, "s:fl:L:m:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -169,13 +169,24 @@ int main(int argc, char **argv)
 			fprintf(stderr, "dsockd: log %s: %s\n", log_file, strerror(errno));
 			return 1;
 		}
+		if (pipe2(up, O_CLOEXEC) < 0)
+			return 1;
 		switch (fork()) {
 		case -1:
 			return 1;
 		case 0:
+			close(up[0]);
 			break;
-		default: /* the socket is listening already: callers may connect */
+		default: {
+			/* the socket is listening already: callers may connect;
+			 * back once the lock names the daemon (the pipe's end
+			 * closes after that, or with the daemon) */
+			char b;
+			close(up[1]);
+			while (read(up[0], &b, 1) < 0 && errno == EINTR)
+				;
 			return 0;
+		}
 		}
 		setsid();
 		if (fork() > 0)
@@ -194,7 +205,10 @@ int main(int argc, char **argv)
 	}
 	/* the pid (dsock stop's fallback) and the protocol version (dsock run
 	 * warns of a daemon of another build) */
-	dprintf(lock_fd, "%d %d\n", getpid(), DSOCK_PROTO_VERSION);
+	if (ftruncate(lock_fd, 0) == 0)
+		dprintf(lock_fd, "%d %d\n", getpid(), DSOCK_PROTO_VERSION);
+	if (up[1] >= 0)
+		close(up[1]);
 	rc = dd_serve(lfd, &cfg);
 	unlink(path);
 	DSOCK_INFO("stopped");

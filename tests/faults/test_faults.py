@@ -113,14 +113,21 @@ def more_conn(srv, cli, i, echo=True):
 
 
 def echo_pair(server=None, client=None, srv_prefix=(), cli_prefix=(), warm=True):
-    """SERVER and CLIENT under dsock, connection 0 echoing; warm: 50 round
-    trips first, so that both ends have paired (offers go at the first I/O)."""
+    """SERVER and CLIENT under dsock, connection 0 echoing; warm: round trips
+    until both ends are on the rings (offers go at the fourth I/O)."""
     srv = under_dsock(server or SERVER, prefix=srv_prefix)
     port = int(line(srv))
     cli = under_dsock(client or CLIENT, port, prefix=cli_prefix)
     more_conn(srv, cli, 0)
     if warm:
         say(cli, "pingpong 0 50"); line(cli)
+        # a pairing completes at the calls after its results came: the
+        # first between two new processes (their link and pool made) may
+        # come after these round trips, so a few more until both ends are on
+        for _ in range(20):
+            if on_shm(cli.pid, 1, 0.2) and on_shm(srv.pid, 1, 0.1):
+                break
+            say(cli, "pingpong 0 10"); line(cli)
     return srv, cli, port
 
 
