@@ -556,9 +556,10 @@ print("closed", flush=True); input()
     # (the first connection's two sockets: on the kernel, both ends paired)
     st = stat()
     first = [l for l in st.splitlines() if l.startswith("sock pid=%d " % p.pid) and (" id=2 " in l or " id=3 " in l)]
-    check("11. a pairing pending at a fork is refused in the process (paired, on the kernel)",
+    check("11. a pairing pending at a fork is refused in the process (paired, on the kernel, the reason shown)",
           (ready, forked, out) == ("ready", "forked", "refused") and len(first) == 2 and
-          all("path=kernel" in l for l in first) and stat_n("paired") >= 2, (ready, forked, out, st))
+          all("path=kernel reason=forked-while-pending" in l for l in first) and stat_n("paired") >= 2,
+          (ready, forked, out, st))
     say(p, "")
     out = line(p)
     end = time.time() + 5

@@ -285,12 +285,19 @@ void dsock_ctl_set_replay(void (*fn)(int listeners_only))
 	replay = fn;
 }
 
+/* This thread delivers a result (holding the lock): the events its
+ * handler reports (a connection refused or sent to the kernel) go out
+ * under that lock, where a trylock of their own would drop them. */
+static __thread int delivering;
+
 int dsock_ctl_event(const struct dsock_msg_sock_event *m)
 {
 	int r = -EAGAIN;
 
 	DSOCK_GUARD_ENTER();
-	if (ctl_trylock()) {
+	if (delivering) {
+		r = dsock_ctl_event_locked(m, 0);
+	} else if (ctl_trylock()) {
 		if (mail && __atomic_load_n(&mail->closed, __ATOMIC_ACQUIRE)) {
 			/* the daemon left us: no send fails to tell us so,
 			 * since most events go to the ring */
@@ -412,7 +419,9 @@ static void read_mail_locked(void)
 
 		if (n <= 0)
 			break;
+		delivering = 1;
 		deliver_locked(m.b, n, dsock_cmsg_take_fd(&mh, dsock_real.close));
+		delivering = 0;
 	}
 }
 
