@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #define DSOCK_PROTO_MAGIC   0x4b435344u /* "DSCK" little-endian */
-#define DSOCK_PROTO_VERSION 9 /* 2: the event ring holds 1,024 slots; 3: the
+#define DSOCK_PROTO_VERSION 10 /* 2: the event ring holds 1,024 slots; 3: the
 			      * connection memory is layout version 5 (the
 			      * daemon writes it: a change there is a change
 			      * here); 4: layout version 6; 5: the reason
@@ -19,7 +19,8 @@
 			      * results name their transport and proof, FETCH
 			      * replaces MEMFD_REQ; 8: links (RESULT of kind
 			      * LINK), layout version 8; 9: pools (RESULT
-			      * of kind POOL), layout version 9 */
+			      * of kind POOL), layout version 9; 10: HELLO
+			      * flag POOLS, POOL without a memfd */
 #define DSOCK_MSG_MAX       4096
 
 enum dsock_msg_type {
@@ -174,7 +175,9 @@ struct dsock_msg_hdr {
 
 #define DSOCK_HELLO_FORKED   0x1u /* process is a fork child of ppid */
 #define DSOCK_HELLO_DISABLED 0x2u /* program denied by rules: passthrough only */
-#define DSOCK_HELLO_FLAGS    0x3u
+#define DSOCK_HELLO_POOLS    0x4u /* (with FORKED) it maps pools of its parent's
+				   * links, and counts in their slots */
+#define DSOCK_HELLO_FLAGS    0x7u
 
 struct dsock_msg_hello {
 	uint32_t flags;

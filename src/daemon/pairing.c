@@ -41,6 +41,7 @@ enum { WAIT_LIKELY, WAIT_UNLIKELY, NWAITS };
 static const int wait_ms[NWAITS] = { 4000, 300 };
 
 static struct dsock_hmap by_key; /* key -> the newest offer with it */
+static struct dsock_hmap by_end; /* (process, socket id) -> its offer */
 static struct dd_offer *qhead[NWAITS], *qtail[NWAITS];
 static unsigned long n_paired, n_kernel, n_pending;
 
@@ -60,14 +61,25 @@ static void answer_kernel(const struct dd_reply_to *to, uint64_t sock_id, unsign
 	dd_send_result(to, &r, -1);
 }
 
+static uint64_t end_key(const struct dd_proc *p, uint64_t sock_id)
+{
+	uint64_t k[2] = { (uint64_t)(uintptr_t)p, sock_id };
+
+	return dsock_hash(k, sizeof(k), 0x4f);
+}
+
 static int insert(struct dd_offer *o)
 {
 	uint64_t v = 0;
 
+	if (dsock_hmap_put(&by_end, end_key(o->to.proc, o->sock_id), (uint64_t)(uintptr_t)o))
+		return -ENOMEM;
 	dsock_hmap_get(&by_key, o->id.key, &v);
 	o->hnext = (struct dd_offer *)(uintptr_t)v;
-	if (dsock_hmap_put(&by_key, o->id.key, (uint64_t)(uintptr_t)o))
+	if (dsock_hmap_put(&by_key, o->id.key, (uint64_t)(uintptr_t)o)) {
+		dsock_hmap_del(&by_end, end_key(o->to.proc, o->sock_id));
 		return -ENOMEM;
+	}
 	o->qnext = NULL;
 	o->qprev = qtail[o->wait];
 	if (o->qprev)
@@ -94,6 +106,8 @@ static void unlink_offer(struct dd_offer *o)
 		dsock_hmap_put(&by_key, o->id.key, (uint64_t)(uintptr_t)head); /* an update: no allocation */
 	else
 		dsock_hmap_del(&by_key, o->id.key);
+	if (dsock_hmap_get(&by_end, end_key(o->to.proc, o->sock_id), &v) && v == (uint64_t)(uintptr_t)o)
+		dsock_hmap_del(&by_end, end_key(o->to.proc, o->sock_id));
 	if (o->qprev)
 		o->qprev->qnext = o->qnext;
 	else
@@ -243,9 +257,22 @@ int dd_pairing_peer_of(int fd, struct dd_peer_id *out)
 	return 0;
 }
 
+/* A socket closed: its live pair loses that end, and an offer of it that
+ * still waits goes (its close comes after the daemon took the offer: the
+ * library waits for HELD).  Left waiting, it could be matched with the
+ * offer of a later connection that reuses its addresses, a pair for a
+ * closed socket that no close would ever end. */
 void dd_pairing_closed(const struct dd_proc *p, uint64_t sock_id)
 {
+	uint64_t v;
+	struct dd_offer *o;
+
 	dd_pair_closed(p, sock_id);
+	if (dsock_hmap_get(&by_end, end_key(p, sock_id), &v) && (o = (struct dd_offer *)(uintptr_t)v) &&
+	    o->to.proc == p && o->sock_id == sock_id) {
+		unlink_offer(o);
+		free(o);
+	}
 }
 
 /* A process leaving: its offers go (one walk over the waiting offers,

@@ -137,9 +137,11 @@ static int shm_fetched(const struct dd_pair *x, int side, pid_t pid, struct dsoc
 }
 
 /* No process holds either end: each side attached and then let go by its
- * last holder, or refused; and, in a pool, no process maps the slot any
- * more (a refused side stays mapped until its release: freed while mapped,
- * the slot would wait instead of coming back at once). */
+ * last holder, or refused; and, in a pool that gives slots out again, no
+ * process maps the slot any more (a refused side stays mapped until its
+ * release: freed while mapped, the slot would wait instead of coming back
+ * at once; in a retired pool a count that a dead fork child left must not
+ * keep the pair, and so the pool, alive). */
 static int shm_dead(const struct dd_pair *x)
 {
 	struct dsock_shm_side side[2];
@@ -154,7 +156,7 @@ static int shm_dead(const struct dd_pair *x)
 		if (!(att == DSOCK_ATT_REFUSED || (att == DSOCK_ATT_ATTACHED && side[i].holders == 0)))
 			return 0;
 	}
-	return !x->priv || (pread(x->fd[0], maps, sizeof(maps), off + (off_t)offsetof(struct dsock_shm_hdr, maps)) ==
+	return !x->priv || dd_shm_pool_retired(x) || (pread(x->fd[0], maps, sizeof(maps), off + (off_t)offsetof(struct dsock_shm_hdr, maps)) ==
 				    (ssize_t)sizeof(maps) &&
 			    !maps[0] && !maps[1]);
 }

@@ -36,14 +36,20 @@ void dd_shm_link_forget(const struct dd_proc *p);
  * link `link` through to[i]: 0 or -errno. */
 int dd_shm_pool_take(struct dd_shm_pool **list, uint32_t *link_live, uint32_t link, const int ls[2],
 		     const struct dd_reply_to *to[2], uint32_t ring_size, struct dd_pair *x, struct dsock_msg_result r[2]);
+/* 1 if x's pool gives no slot out again (its counts need not be 0 for
+ * x to end). */
+int dd_shm_pool_retired(const struct dd_pair *x);
 /* The ring size of x, which is in a pool. */
 uint32_t dd_shm_pool_ring(const struct dd_pair *x);
 /* Where x's memory starts in its fd. */
 off_t dd_shm_pool_off(const struct dd_pair *x);
 /* x is gone: its slot is given out again if nobody maps it. */
 void dd_shm_pool_give_back(struct dd_pair *x);
-/* The link of these pools ended. */
-void dd_shm_pool_retire(struct dd_shm_pool *list);
+/* These pools give no slot out again, and go once their last pair
+ * ends: their link ended, or (link != 0) a process that may have counted
+ * in their slots left; then each side ls[i] that has a pool is told
+ * through to[i] (a POOL result without a memfd: unmap it once unused). */
+void dd_shm_pool_retire(struct dd_shm_pool *list, uint32_t link, const int ls[2], const struct dd_reply_to *to[2]);
 void dd_shm_pool_stat(char *buf, size_t n);
 /* Bytes of the slots in use or lost, at their full size. */
 extern uint64_t dd_shm_pooled_bytes;

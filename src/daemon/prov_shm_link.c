@@ -8,6 +8,7 @@
  * time with one peer process or thousands. */
 #include "daemon/prov_shm.h"
 #include "daemon/pairing.h"
+#include "daemon/registry.h"
 #include "common/hmap.h"
 #include "common/log.h"
 #include "common/shm_layout.h"
@@ -126,9 +127,40 @@ int dd_shm_link_take(const struct dd_reply_to *to[2], struct dsock_msg_result r[
 	return 0;
 }
 
+#define LINE_DEPTH 16 /* registered ancestors whose pools a leaving child retires */
+
+/* A fork child that mapped pools of its parent's links left (HELLO flag
+ * POOLS).  What it counted in their slots' maps stays counted (only a
+ * release takes a count off, and a process that ends with _exit or a
+ * signal makes none), so those slots would wait for ever: the links of
+ * each registered ancestor retire their pools instead (each goes once its
+ * last pair ends, the two processes told), and their next pairs take new
+ * ones.  A child cannot map a pool made after it registered. */
+static void retire_inherited(const struct dd_proc *p)
+{
+	pid_t pid = p->ppid;
+
+	for (int depth = 0; depth < LINE_DEPTH && pid > 0; depth++) {
+		const struct dd_proc *a = dd_proc_find(pid);
+		if (!a)
+			return;
+		for (struct link *l = links; l; l = l->next) {
+			if ((l->proc[0] != a && l->proc[1] != a) || !l->pools)
+				continue;
+			int ls[2] = { 0, 1 };
+			const struct dd_reply_to *to[2] = { &l->to[0], &l->to[1] };
+			dd_shm_pool_retire(l->pools, l->id, ls, to);
+			l->pools = NULL;
+		}
+		pid = (a->flags & DSOCK_HELLO_FORKED) ? a->ppid : 0;
+	}
+}
+
 /* A process left: its links go, and the other process of each is told. */
 void dd_shm_link_forget(const struct dd_proc *p)
 {
+	if ((p->flags & (DSOCK_HELLO_FORKED | DSOCK_HELLO_POOLS)) == (DSOCK_HELLO_FORKED | DSOCK_HELLO_POOLS))
+		retire_inherited(p);
 	for (struct link *l = links, *next; l; l = next) {
 		next = l->next;
 		if (l->proc[0] != p && l->proc[1] != p)
@@ -146,7 +178,7 @@ void dd_shm_link_forget(const struct dd_proc *p)
 			links = l->next;
 		if (l->next)
 			l->next->prev = l->prev;
-		dd_shm_pool_retire(l->pools);
+		dd_shm_pool_retire(l->pools, 0, NULL, NULL);
 		close(l->fd);
 		free(l);
 		n_links--;

@@ -4,7 +4,8 @@
  * of the two processes once, before the first PAIRED result that names
  * it, and retired when the link ends (no slot is given out again; the
  * memfd closes once its last pair is gone: an exec may still FETCH a
- * slot).  A freed slot is given out again only when no process maps it
+ * slot), or when a fork child that may have counted in its slots leaves
+ * (prov_shm_link.c).  A freed slot is given out again only when no process maps it
  * (hdr.maps), after its pages are punched out; until then it waits, looked
  * at again when the link needs a slot (a process in the middle of its
  * release, or the dead sweep's early look), for good if a process died
@@ -207,6 +208,11 @@ off_t dd_shm_pool_off(const struct dd_pair *x)
 	return x->priv ? slot_off(x->priv, x->slot) : 0;
 }
 
+int dd_shm_pool_retired(const struct dd_pair *x)
+{
+	return ((const struct dd_shm_pool *)x->priv)->retired;
+}
+
 uint32_t dd_shm_pool_ring(const struct dd_pair *x)
 {
 	return ((const struct dd_shm_pool *)x->priv)->ring_size;
@@ -231,10 +237,16 @@ void dd_shm_pool_give_back(struct dd_pair *x)
 	}
 }
 
-void dd_shm_pool_retire(struct dd_shm_pool *list)
+void dd_shm_pool_retire(struct dd_shm_pool *list, uint32_t link, const int ls[2], const struct dd_reply_to *to[2])
 {
 	for (struct dd_shm_pool *p = list, *next; p; p = next) {
 		next = p->next;
+		for (int i = 0; link && i < 2; i++)
+			if (p->sent[ls[i]]) {
+				struct dsock_msg_result m = { .transport = DSOCK_PATH_SHM, .result = DSOCK_RES_POOL,
+							      .link = link, .link_side = (uint16_t)ls[i], .pool = p->id };
+				dd_send_result(to[i], &m, -1);
+			}
 		p->retired = 1;
 		p->link_live = NULL;
 		p->next = NULL;

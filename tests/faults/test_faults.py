@@ -39,6 +39,9 @@
      (its memory mapped, then refused at the attach), closed later in a
      second fork child and in the process: every count of the slot comes
      off, and the daemon frees it (no slot waits).
+ 12. a fork child that ends with _exit holding pooled connections (its
+     counts in their slots stay): the pools it inherited are retired, and
+     go once their connections close; none of their slots waits.
 
 Each check prints ok/FAIL; exit 0 on pass; last line 'faults: N passed, N failed'."""
 import os, shutil, signal, subprocess, sys, tempfile, time
@@ -530,12 +533,14 @@ c2 = socket.create_connection(l.getsockname()); s2, _ = l.accept()
 for i in range(20):              # calls on another connection read them:
     c2.sendall(b"z"); s2.recv(1) # mapped, then refused
 print("refused", flush=True); input()
-pid = os.fork()                  # a child that closes both, then goes
+r, w = os.pipe(); r2, w2 = os.pipe()
+pid = os.fork()                  # a child that closes both, then waits
 if pid == 0:
-    c.close(); s.close(); os._exit(0)
-os.waitpid(pid, 0)
+    c.close(); s.close(); os.write(w, b"x"); os.read(r2, 1); os._exit(0)
+os.read(r, 1)
 c.close(); s.close()
 print("closed", flush=True); input()
+os.write(w2, b"x"); os.waitpid(pid, 0)
 '''
     def stat_n(name):
         for w in stat().split():
@@ -565,9 +570,44 @@ print("closed", flush=True); input()
     end = time.time() + 5
     while time.time() < end and stat_n("shm_slots_freed") < freed0 + 1:
         time.sleep(0.05)
+    # (the child still lives: once it leaves, the pools it inherited are
+    # retired, whatever it counted)
     check("11. closed in a fork child and in the process, its slot is freed, none waits",
           out == "closed" and stat_n("shm_slots_freed") == freed0 + 1 and stat_n("shm_slots_waiting") == waiting0,
           (out, freed0, waiting0, stat()[:600]))
+    say(p, "")
+    p.wait(timeout=10)
+
+    # ---- 12. a fork child's _exit retires the pools it inherited -----------
+    INHERITS = r'''
+import os, socket
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(8)
+c = socket.create_connection(l.getsockname()); s, _ = l.accept()
+for i in range(50):
+    c.sendall(b"x"); s.recv(1)
+print("paired", flush=True); input()
+pid = os.fork()
+if pid == 0:
+    os._exit(0)                  # with both ends open: no release
+os.waitpid(pid, 0)
+print("forked", flush=True); input()
+c.close(); s.close()
+print("closed", flush=True); input()
+'''
+    p = under_dsock(INHERITS)
+    out = line(p)
+    pools0, waiting0 = stat_n("shm_pools"), stat_n("shm_slots_waiting")
+    check("12. a connection in a pool", out == "paired" and on_shm(p.pid, 2) and pools0 >= 1, (out, stat()[:500]))
+    say(p, "")
+    line(p)
+    say(p, "")
+    out = line(p)
+    end = time.time() + 5
+    while time.time() < end and stat_n("shm_pools") >= pools0:
+        time.sleep(0.05)
+    check("12. a fork child's _exit with it open retires the pool, which goes once the connection closes",
+          out == "closed" and stat_n("shm_pools") == pools0 - 1 and stat_n("shm_slots_waiting") == waiting0,
+          (out, pools0, waiting0, stat()[:500]))
     say(p, "")
     p.wait(timeout=10)
 

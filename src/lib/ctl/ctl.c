@@ -262,6 +262,13 @@ void dsock_ctl_start(void)
 	DSOCK_GUARD_EXIT();
 }
 
+static unsigned fork_flags;
+
+void dsock_ctl_fork_flags(unsigned flags)
+{
+	fork_flags = flags;
+}
+
 void dsock_ctl_fork_child(int ppid)
 {
 	int fd = atomic_exchange(&ctl_fd, -1);
@@ -273,7 +280,7 @@ void dsock_ctl_fork_child(int ppid)
 		dsock_real.close(fd); /* our copy only; the parent keeps its own */
 	drop_mail_page();
 	if (ctl_trylock()) {
-		if (ctl_connect_locked(DSOCK_HELLO_FORKED, ppid) == 0)
+		if (ctl_connect_locked(DSOCK_HELLO_FORKED | fork_flags, ppid) == 0)
 			replay_all_locked(1);
 		ctl_unlock();
 	}
@@ -390,9 +397,9 @@ static void deliver_locked(const char *b, ssize_t n, int got)
 		return;
 	}
 	/* PAIRED comes with its resource unless that is part of a pool the
-	 * process holds, POOL with one, LINK with or without one */
-	int want = r.result == DSOCK_RES_PAIRED ? !r.pool : r.result == DSOCK_RES_POOL;
-	if (r.result != DSOCK_RES_LINK && want != (got >= 0)) {
+	 * process holds; LINK and POOL with one (given) or none (gone) */
+	int want = r.result == DSOCK_RES_PAIRED && !r.pool;
+	if (r.result != DSOCK_RES_LINK && r.result != DSOCK_RES_POOL && want != (got >= 0)) {
 		if (got >= 0)
 			dsock_real.close(got);
 		r.result = DSOCK_RES_KERNEL;

@@ -3,8 +3,9 @@
  * between two processes that share a link costs no memfd, no mmap and no
  * descriptor passing.  A pool is unmapped once no connection of ours uses
  * it and the daemon will name it no more: its link's other process left,
- * the daemon restarted, or this process is a fork child (the daemon gives
- * a child pools of its own). */
+ * the daemon retired it (a fork child that mapped it left: its counts in
+ * the slots stay), the daemon restarted, or this process is a fork child
+ * (the daemon gives a child pools of its own). */
 #include "lib/transport/shm/shm.h"
 #include "common/hmap.h"
 #include "common/log.h"
@@ -73,11 +74,19 @@ void shm_pool_result(const struct dsock_msg_result *r, int fd)
 	unsigned gen = dsock_ctl_gen();
 	uint32_t rs = r->ring_size;
 	size_t slot = DSOCK_SHM_HDR + 2 * (size_t)rs;
-	int seals = dsock_real.fcntl(fd, F_GET_SEALS);
 	struct stat st;
 	struct shm_pool *p = NULL;
 	uint64_t v;
 	void *base;
+
+	if (fd < 0) { /* retired: named no more */
+		pthread_mutex_lock(&pools_mu);
+		if (dsock_hmap_get(&by_id, id_key(r->pool, gen), &v))
+			gone_locked((struct shm_pool *)(uintptr_t)v);
+		pthread_mutex_unlock(&pools_mu);
+		return;
+	}
+	int seals = dsock_real.fcntl(fd, F_GET_SEALS);
 
 	if (rs < DSOCK_RING_MIN || rs > DSOCK_RING_MAX || (rs & (rs - 1)) || !r->pool || seals < 0 ||
 	    !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0 || st.st_size <= 0 || (size_t)st.st_size % slot ||
@@ -164,10 +173,18 @@ void shm_pool_link_gone(uint32_t link, int side, unsigned gen)
 	pthread_mutex_unlock(&pools_mu);
 }
 
-/* Held across a fork: the child's copy of the table is whole. */
+/* Held across a fork: the child's copy of the table is whole.  A child
+ * that inherits connections in pools says so when it registers: if it
+ * ends without releasing them, its counts in their slots stay, and the
+ * daemon retires those pools when it leaves. */
 void shm_pool_fork_prepare(void)
 {
+	int inherits = 0;
+
 	pthread_mutex_lock(&pools_mu);
+	for (struct shm_pool *p = pools; p && !inherits; p = p->next)
+		inherits = p->refs > 0;
+	dsock_ctl_fork_flags(inherits ? DSOCK_HELLO_POOLS : 0);
 }
 
 void shm_pool_fork_parent(void)
