@@ -175,8 +175,9 @@ struct dsock_msg_hdr {
 
 #define DSOCK_HELLO_FORKED   0x1u /* process is a fork child of ppid */
 #define DSOCK_HELLO_DISABLED 0x2u /* program denied by rules: passthrough only */
-#define DSOCK_HELLO_POOLS    0x4u /* (with FORKED) it maps pools of its parent's
-				   * links, and counts in their slots */
+#define DSOCK_HELLO_POOLS    0x4u /* it maps pools of its parent's links and
+				   * counts in their slots (a fork child, or a
+				   * program that adopted connections at exec) */
 #define DSOCK_HELLO_FLAGS    0x7u
 
 struct dsock_msg_hello {

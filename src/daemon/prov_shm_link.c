@@ -129,8 +129,9 @@ int dd_shm_link_take(const struct dd_reply_to *to[2], struct dsock_msg_result r[
 
 #define LINE_DEPTH 16 /* registered ancestors whose pools a leaving child retires */
 
-/* A fork child that mapped pools of its parent's links left (HELLO flag
- * POOLS).  What it counted in their slots' maps stays counted (only a
+/* A fork child that mapped pools of its parent's links left, or a
+ * program that adopted connections in them from an exec (HELLO flag
+ * POOLS, its parent as ppid).  What it counted in their slots' maps stays counted (only a
  * release takes a count off, and a process that ends with _exit or a
  * signal makes none), so those slots would wait for ever: the links of
  * each registered ancestor retire their pools instead (each goes once its
@@ -159,7 +160,7 @@ static void retire_inherited(const struct dd_proc *p)
 /* A process left: its links go, and the other process of each is told. */
 void dd_shm_link_forget(const struct dd_proc *p)
 {
-	if ((p->flags & (DSOCK_HELLO_FORKED | DSOCK_HELLO_POOLS)) == (DSOCK_HELLO_FORKED | DSOCK_HELLO_POOLS))
+	if (p->flags & DSOCK_HELLO_POOLS)
 		retire_inherited(p);
 	for (struct link *l = links, *next; l; l = next) {
 		next = l->next;

@@ -40,8 +40,9 @@
      second fork child and in the process: every count of the slot comes
      off, and the daemon frees it (no slot waits).
  12. a fork child that ends with _exit holding pooled connections (its
-     counts in their slots stay): the pools it inherited are retired, and
-     go once their connections close; none of their slots waits.
+     counts in their slots stay), and a program started by posix_spawn
+     that adopted one and does the same: the pools are retired, and go
+     once their connections close; none of their slots waits.
 
 Each check prints ok/FAIL; exit 0 on pass; last line 'faults: N passed, N failed'."""
 import os, shutil, signal, subprocess, sys, tempfile, time
@@ -580,36 +581,41 @@ os.write(w2, b"x"); os.waitpid(pid, 0)
 
     # ---- 12. a fork child's _exit retires the pools it inherited -----------
     INHERITS = r'''
-import os, socket
+import os, socket, sys
 l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(8)
 c = socket.create_connection(l.getsockname()); s, _ = l.accept()
 for i in range(50):
     c.sendall(b"x"); s.recv(1)
 print("paired", flush=True); input()
-pid = os.fork()
-if pid == 0:
-    os._exit(0)                  # with both ends open: no release
+if sys.argv[1] == "fork":
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)              # with both ends open: no release
+else:                            # a program that adopts c, then does the same
+    os.set_inheritable(c.fileno(), True)
+    pid = os.posix_spawn(sys.executable, [sys.executable, "-c", "import os; os._exit(0)"], os.environ)
 os.waitpid(pid, 0)
 print("forked", flush=True); input()
 c.close(); s.close()
 print("closed", flush=True); input()
 '''
-    p = under_dsock(INHERITS)
-    out = line(p)
-    pools0, waiting0 = stat_n("shm_pools"), stat_n("shm_slots_waiting")
-    check("12. a connection in a pool", out == "paired" and on_shm(p.pid, 2) and pools0 >= 1, (out, stat()[:500]))
-    say(p, "")
-    line(p)
-    say(p, "")
-    out = line(p)
-    end = time.time() + 5
-    while time.time() < end and stat_n("shm_pools") >= pools0:
-        time.sleep(0.05)
-    check("12. a fork child's _exit with it open retires the pool, which goes once the connection closes",
-          out == "closed" and stat_n("shm_pools") == pools0 - 1 and stat_n("shm_slots_waiting") == waiting0,
-          (out, pools0, waiting0, stat()[:500]))
-    say(p, "")
-    p.wait(timeout=10)
+    for how in ("fork", "spawn"):
+        p = under_dsock(INHERITS, how)
+        out = line(p)
+        pools0, waiting0 = stat_n("shm_pools"), stat_n("shm_slots_waiting")
+        check("12. (%s) a connection in a pool" % how, out == "paired" and on_shm(p.pid, 2) and pools0 >= 1, (out, stat()[:500]))
+        say(p, "")
+        line(p)
+        say(p, "")
+        out = line(p)
+        end = time.time() + 5
+        while time.time() < end and stat_n("shm_pools") >= pools0:
+            time.sleep(0.05)
+        check("12. (%s) its _exit with it open retires the pool, which goes once the connection closes" % how,
+              out == "closed" and stat_n("shm_pools") == pools0 - 1 and stat_n("shm_slots_waiting") == waiting0,
+              (out, pools0, waiting0, stat()[:500]))
+        say(p, "")
+        p.wait(timeout=10)
 
 finally:
     for p in procs:

@@ -251,18 +251,20 @@ static void ctl_reconnect_locked(void)
 	}
 }
 
+static unsigned fork_flags;
+
 void dsock_ctl_start(void)
 {
 	DSOCK_GUARD_ENTER();
 	if (ctl_trylock()) {
-		ctl_connect_locked(0, 0);
+		/* (flags set at start-up: an adopter of pooled connections
+		 * names its parent, whose links' pools it counts in) */
+		ctl_connect_locked(fork_flags, fork_flags ? (int)getppid() : 0);
 		replay_all_locked(0);
 		ctl_unlock();
 	}
 	DSOCK_GUARD_EXIT();
 }
-
-static unsigned fork_flags;
 
 void dsock_ctl_fork_flags(unsigned flags)
 {

@@ -201,6 +201,10 @@ void shm_adopt(void)
 		s->state = DSOCK_ST_CONNECTED;
 		dsock_sock_attach(s, &dsock_shm_transport, c);
 		dsock_sock_put(s);
+		/* counted in a slot of its parent's pools (as a fork child
+		 * is): if it ends without its release, the daemon retires
+		 * them */
+		dsock_ctl_fork_flags(DSOCK_HELLO_POOLS);
 	}
 }
 
