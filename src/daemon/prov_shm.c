@@ -156,9 +156,11 @@ static int shm_dead(const struct dd_pair *x)
 		if (!(att == DSOCK_ATT_REFUSED || (att == DSOCK_ATT_ATTACHED && side[i].holders == 0)))
 			return 0;
 	}
-	return !x->priv || dd_shm_pool_retired(x) || (pread(x->fd[0], maps, sizeof(maps), off + (off_t)offsetof(struct dsock_shm_hdr, maps)) ==
-				    (ssize_t)sizeof(maps) &&
-			    !maps[0] && !maps[1]);
+	if (!x->priv || dd_shm_pool_retired(x))
+		return 1;
+	return pread(x->fd[0], maps, sizeof(maps), off + (off_t)offsetof(struct dsock_shm_hdr, maps)) ==
+		       (ssize_t)sizeof(maps) &&
+	       !maps[0] && !maps[1];
 }
 
 static void shm_release(struct dd_pair *x)

@@ -47,9 +47,10 @@ off_t dd_shm_pool_off(const struct dd_pair *x);
 void dd_shm_pool_give_back(struct dd_pair *x);
 /* These pools give no slot out again, and go once their last pair
  * ends: their link ended, or (link != 0) a process that may have counted
- * in their slots left; then each side ls[i] that has a pool is told
- * through to[i] (a POOL result without a memfd: unmap it once unused). */
-void dd_shm_pool_retire(struct dd_shm_pool *list, uint32_t link, const int ls[2], const struct dd_reply_to *to[2]);
+ * in their slots left; then each side i of the link that has a pool is
+ * told through to[i] (to: the link's two; a POOL result without a
+ * memfd: unmap it once unused). */
+void dd_shm_pool_retire(struct dd_shm_pool *list, uint32_t link, const struct dd_reply_to *to);
 void dd_shm_pool_stat(char *buf, size_t n);
 /* Bytes of the slots in use or lost, at their full size. */
 extern uint64_t dd_shm_pooled_bytes;

@@ -131,8 +131,8 @@ int dd_shm_link_take(const struct dd_reply_to *to[2], struct dsock_msg_result r[
 
 /* A fork child that mapped pools of its parent's links left, or a
  * program that adopted connections in them from an exec (HELLO flag
- * POOLS, its parent as ppid).  What it counted in their slots' maps stays counted (only a
- * release takes a count off, and a process that ends with _exit or a
+ * POOLS, its parent as ppid).  What it counted in their slots' maps
+ * stays counted (only a release takes a count off, and a process that ends with _exit or a
  * signal makes none), so those slots would wait for ever: the links of
  * each registered ancestor retire their pools instead (each goes once its
  * last pair ends, the two processes told), and their next pairs take new
@@ -148,9 +148,7 @@ static void retire_inherited(const struct dd_proc *p)
 		for (struct link *l = links; l; l = l->next) {
 			if ((l->proc[0] != a && l->proc[1] != a) || !l->pools)
 				continue;
-			int ls[2] = { 0, 1 };
-			const struct dd_reply_to *to[2] = { &l->to[0], &l->to[1] };
-			dd_shm_pool_retire(l->pools, l->id, ls, to);
+			dd_shm_pool_retire(l->pools, l->id, l->to);
 			l->pools = NULL;
 		}
 		pid = (a->flags & DSOCK_HELLO_FORKED) ? a->ppid : 0;
@@ -179,7 +177,7 @@ void dd_shm_link_forget(const struct dd_proc *p)
 			links = l->next;
 		if (l->next)
 			l->next->prev = l->prev;
-		dd_shm_pool_retire(l->pools, 0, NULL, NULL);
+		dd_shm_pool_retire(l->pools, 0, NULL);
 		close(l->fd);
 		free(l);
 		n_links--;

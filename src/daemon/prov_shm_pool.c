@@ -5,11 +5,10 @@
  * it, and retired when the link ends (no slot is given out again; the
  * memfd closes once its last pair is gone: an exec may still FETCH a
  * slot), or when a fork child that may have counted in its slots leaves
- * (prov_shm_link.c).  A freed slot is given out again only when no process maps it
- * (hdr.maps), after its pages are punched out; until then it waits, looked
- * at again when the link needs a slot (a process in the middle of its
- * release, or the dead sweep's early look), for good if a process died
- * holding the connection or lies. */
+ * (prov_shm_link.c).  A freed slot is given out again only when no
+ * process maps it (hdr.maps), after its pages are punched out; until then
+ * it waits (a fork child still holds the connection), looked at again
+ * when the link needs a slot; for good only if a process lies. */
 #include "daemon/prov_shm.h"
 #include "daemon/pairing.h"
 #include "common/log.h"
@@ -150,6 +149,14 @@ static void reclaim_some(struct dd_shm_pool *list)
 		}
 }
 
+/* The first pool on list with a slot to give, or NULL. */
+static struct dd_shm_pool *with_room(struct dd_shm_pool *list)
+{
+	while (list && !list->nfree && list->next_new == list->nslots)
+		list = list->next;
+	return list;
+}
+
 int dd_shm_pool_take(struct dd_shm_pool **list, uint32_t *link_live, uint32_t link, const int ls[2],
 		     const struct dd_reply_to *to[2], uint32_t ring_size, struct dd_pair *x, struct dsock_msg_result r[2])
 {
@@ -158,13 +165,10 @@ int dd_shm_pool_take(struct dd_shm_pool **list, uint32_t *link_live, uint32_t li
 	uint32_t slot;
 
 	/* new pools go first: the first with room is found at once */
-	for (p = *list; p && !p->nfree && p->next_new == p->nslots; p = p->next)
-		;
-	if (!p)
+	if (!(p = with_room(*list))) {
 		reclaim_some(*list);
-	for (p = *list; p; p = p->next)
-		if (p->nfree || p->next_new < p->nslots)
-			break;
+		p = with_room(*list);
+	}
 	if (!p) {
 		if (!(p = pool_new(tier(ring_size, *link_live))))
 			return -ENOMEM;
@@ -237,15 +241,15 @@ void dd_shm_pool_give_back(struct dd_pair *x)
 	}
 }
 
-void dd_shm_pool_retire(struct dd_shm_pool *list, uint32_t link, const int ls[2], const struct dd_reply_to *to[2])
+void dd_shm_pool_retire(struct dd_shm_pool *list, uint32_t link, const struct dd_reply_to *to)
 {
 	for (struct dd_shm_pool *p = list, *next; p; p = next) {
 		next = p->next;
 		for (int i = 0; link && i < 2; i++)
-			if (p->sent[ls[i]]) {
+			if (p->sent[i]) {
 				struct dsock_msg_result m = { .transport = DSOCK_PATH_SHM, .result = DSOCK_RES_POOL,
-							      .link = link, .link_side = (uint16_t)ls[i], .pool = p->id };
-				dd_send_result(to[i], &m, -1);
+							      .link = link, .link_side = (uint16_t)i, .pool = p->id };
+				dd_send_result(&to[i], &m, -1);
 			}
 		p->retired = 1;
 		p->link_live = NULL;

@@ -85,6 +85,14 @@ def stat():
     return r.stdout
 
 
+def stat_n(name):
+    """The daemon's counter NAME from `dsock stat` (-1: not there)."""
+    for w in stat().split():
+        if w.startswith(name + "="):
+            return int(w.split("=")[1])
+    return -1
+
+
 def paths_of(pid):
     return [l for l in stat().splitlines() if l.startswith("sock pid=%d " % pid) and "state=connected" in l]
 
@@ -543,11 +551,6 @@ c.close(); s.close()
 print("closed", flush=True); input()
 os.write(w2, b"x"); os.waitpid(pid, 0)
 '''
-    def stat_n(name):
-        for w in stat().split():
-            if w.startswith(name + "="):
-                return int(w.split("=")[1])
-        return -1
     p = under_dsock(REFUSED, env=dict(ENV, DSOCK_OFFER_CALLS="1"))
     ready = line(p)
     freed0, waiting0, dpid = stat_n("shm_slots_freed"), stat_n("shm_slots_waiting"), daemon_pid()

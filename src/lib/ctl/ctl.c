@@ -251,7 +251,7 @@ static void ctl_reconnect_locked(void)
 	}
 }
 
-static unsigned fork_flags;
+static unsigned hello_flags;
 
 void dsock_ctl_start(void)
 {
@@ -259,16 +259,16 @@ void dsock_ctl_start(void)
 	if (ctl_trylock()) {
 		/* (flags set at start-up: an adopter of pooled connections
 		 * names its parent, whose links' pools it counts in) */
-		ctl_connect_locked(fork_flags, fork_flags ? (int)getppid() : 0);
+		ctl_connect_locked(hello_flags, hello_flags ? (int)getppid() : 0);
 		replay_all_locked(0);
 		ctl_unlock();
 	}
 	DSOCK_GUARD_EXIT();
 }
 
-void dsock_ctl_fork_flags(unsigned flags)
+void dsock_ctl_hello_flags(unsigned flags)
 {
-	fork_flags = flags;
+	hello_flags = flags;
 }
 
 void dsock_ctl_fork_child(int ppid)
@@ -282,7 +282,7 @@ void dsock_ctl_fork_child(int ppid)
 		dsock_real.close(fd); /* our copy only; the parent keeps its own */
 	drop_mail_page();
 	if (ctl_trylock()) {
-		if (ctl_connect_locked(DSOCK_HELLO_FORKED | fork_flags, ppid) == 0)
+		if (ctl_connect_locked(DSOCK_HELLO_FORKED | hello_flags, ppid) == 0)
 			replay_all_locked(1);
 		ctl_unlock();
 	}

@@ -15,11 +15,11 @@
 void dsock_ctl_start(void);
 /* In a fork child: leave the parent's connection, register as a child. */
 void dsock_ctl_fork_child(int ppid);
-/* Before a fork (from a fork_prepare hook): the HELLO flags the child
- * registers with besides FORKED (replaces what an earlier fork set); at
- * start-up, before dsock_ctl_start: the flags this process registers with
- * (it then names its parent as ppid). */
-void dsock_ctl_fork_flags(unsigned flags);
+/* The HELLO flags this process registers with, set at start-up before
+ * dsock_ctl_start (it then names its parent as ppid), or those a fork
+ * child registers with besides FORKED, set before the fork (from a
+ * fork_prepare hook; each fork replaces them). */
+void dsock_ctl_hello_flags(unsigned flags);
 /* Sends a socket event: 1 if the daemon is there to hear it, 0 if not,
  * -EAGAIN when another thread held the connection (the event is dropped
  * and counted). */

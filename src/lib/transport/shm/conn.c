@@ -44,8 +44,9 @@ static struct dsock_hmap offered; /* sock id -> its shm_conn */
 static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct shm_conn *held;
 
-static void held_add_locked(struct shm_conn *c, int add_map)
+void shm_held_add(struct shm_conn *c, int add_map)
 {
+	pthread_mutex_lock(&held_mu);
 	if (add_map)
 		__atomic_add_fetch(&c->h->maps[c->side], 1, __ATOMIC_SEQ_CST);
 	c->mapped = 1;
@@ -55,12 +56,6 @@ static void held_add_locked(struct shm_conn *c, int add_map)
 		held->hprev = c;
 	held = c;
 	c->on_held = 1;
-}
-
-void shm_held_add(struct shm_conn *c, int add_map)
-{
-	pthread_mutex_lock(&held_mu);
-	held_add_locked(c, add_map);
 	pthread_mutex_unlock(&held_mu);
 }
 
@@ -85,11 +80,17 @@ int shm_active(const struct shm_conn *c)
 	       __atomic_load_n(&c->peer->attached, __ATOMIC_ACQUIRE) == DSOCK_ATT_ATTACHED;
 }
 
+/* Found by its socket id, for the RESULT (pending_mu held): 0 or -ENOMEM. */
+static int list_offered_locked(struct shm_conn *c)
+{
+	return dsock_hmap_put(&offered, c->sock->id, (uint64_t)(uintptr_t)c) < 0 ? -ENOMEM : 0;
+}
+
 /* On the pending list (pending_mu held); offered: found by its id too
  * (0, or -ENOMEM with c not listed). */
 static int list_pending_locked(struct shm_conn *c, int offered_too)
 {
-	if (offered_too && dsock_hmap_put(&offered, c->sock->id, (uint64_t)(uintptr_t)c) < 0)
+	if (offered_too && list_offered_locked(c))
 		return -ENOMEM;
 	c->prev = NULL;
 	c->next = pending;
@@ -217,17 +218,14 @@ static void attach(struct dsock_sock *s, const struct shm_given *g)
 	unlink_pending_locked(c);
 	if (refuse) {
 		c->let_go = 1;
+		shm_held_add(c, 1);
 	} else {
 		/* no kernel read is in flight: the count is exact (side.kread) */
 		__atomic_store_n(&c->me->kread, (uint64_t)atomic_load(&c->pending_read), __ATOMIC_RELEASE);
 		__atomic_store_n(&c->me->tx_base, c->tx_base, __ATOMIC_RELAXED); /* (a peer's hand-over) */
 		/* (before a fork can count the child in) */
 		__atomic_store_n(&c->me->holders, 1, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_lock(&held_mu);
-	held_add_locked(c, 1);
-	pthread_mutex_unlock(&held_mu);
-	if (!refuse) {
+		shm_held_add(c, 1);
 		/* shut down while pending: never switch to the ring (seq_cst:
 		 * a shutdown racing with us sees our mapping, or we its
 		 * wr_shut) */
@@ -338,10 +336,7 @@ static int send_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 	pthread_mutex_lock(&pending_mu);
 	c->state = SC_PENDING;
 	c->pending_since_ms = dsock_mono_ns() / 1000000;
-	if (!c->listed)
-		r = list_pending_locked(c, 1);
-	else if (dsock_hmap_put(&offered, c->sock->id, (uint64_t)(uintptr_t)c) < 0)
-		r = -ENOMEM;
+	r = c->listed ? list_offered_locked(c) : list_pending_locked(c, 1);
 	pthread_mutex_unlock(&pending_mu);
 	if (r) {
 		*reason = DSOCK_R_NO_DAEMON;

@@ -204,7 +204,7 @@ void shm_adopt(void)
 		/* counted in a slot of its parent's pools (as a fork child
 		 * is): if it ends without its release, the daemon retires
 		 * them */
-		dsock_ctl_fork_flags(DSOCK_HELLO_POOLS);
+		dsock_ctl_hello_flags(DSOCK_HELLO_POOLS);
 	}
 }
 

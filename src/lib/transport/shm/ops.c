@@ -75,9 +75,6 @@ long shm_readable(struct dsock_sock *s, int fd)
 	return avail;
 }
 
-/* The last fd of this process is about to close.  With unread data the
- * kernel would reset the connection: so do we.  Otherwise stop taking
- * tokens and drain those there, so that the kernel close is a clean FIN. */
 /* Called before the kernel close of a PENDING socket: wait (briefly) until
  * the daemon has let go of its copy, so the close is the last reference. */
 static int offer_done(void *arg)
@@ -102,6 +99,9 @@ void shm_before_close(struct dsock_sock *s, int fd)
 		atomic_store(&c->kfd, dsock_real.fcntl(fd, F_DUPFD_CLOEXEC, 3));
 }
 
+/* The last fd of this process is about to close.  With unread data the
+ * kernel would reset the connection: so do we.  Otherwise stop taking
+ * tokens and drain those there, so that the kernel close is a clean FIN. */
 void shm_closing(struct dsock_sock *s, int fd)
 {
 	struct shm_conn *c = shm_conn(s);

@@ -184,7 +184,7 @@ void shm_pool_fork_prepare(void)
 	pthread_mutex_lock(&pools_mu);
 	for (struct shm_pool *p = pools; p && !inherits; p = p->next)
 		inherits = p->refs > 0;
-	dsock_ctl_fork_flags(inherits ? DSOCK_HELLO_POOLS : 0);
+	dsock_ctl_hello_flags(inherits ? DSOCK_HELLO_POOLS : 0);
 }
 
 void shm_pool_fork_parent(void)
