@@ -9,11 +9,12 @@
 #include "lib/transport/transport.h"
 
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define N 3000
+#define N 9000
 
 static int flag_hidden[N];
 static uint64_t arrivals = 1; /* the rx_mark of every fake socket (a ring tail: data came) */
@@ -47,6 +48,14 @@ int main(int argc, char **argv)
 
 	unit_isolate(argv, "TEST_EPSET_CHILD");
 	(void)argc;
+	struct rlimit rl;
+	ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	rl.rlim_cur = rl.rlim_max;
+	if (rl.rlim_max < N + 64 || setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+		fprintf(stderr, "test_epset: needs %d descriptors, the hard limit is %llu\n", N + 64,
+			(unsigned long long)rl.rlim_max);
+		return 1;
+	}
 	ep = epoll_create1(0);
 	ep2 = epoll_create1(0);
 	for (int i = 0; i < N; i++) {
@@ -74,19 +83,20 @@ int main(int argc, char **argv)
 	ASSERT_EQ(epoll_ctl(ep2, EPOLL_CTL_DEL, fds[1], NULL), 0);
 	ASSERT_EQ(dsock_epset_member_fd(ep2, 77), -1);
 
-	/* hidden readable: three sockets of the 3,000, level, edge, one-shot */
+	/* hidden readable: three sockets of the 9,000 (the index grew twice
+	 * on the way), level, edge, one-shot */
 	struct dsock_sock *s[3];
-	int which[3] = { 10, 1500, 2999 };
+	int which[3] = { 10, 4500, 8999 };
 	for (int k = 0; k < 3; k++) {
 		s[k] = dsock_fdt_get(fds[which[k]]);
 		ASSERT_TRUE(s[k] != NULL);
 		s[k]->tp = &fake;
 	}
-	struct epoll_event mev = { .events = EPOLLIN | EPOLLET, .data.u64 = 1000 + 1500 * 7 };
-	ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_MOD, fds[1500], &mev), 0);
+	struct epoll_event mev = { .events = EPOLLIN | EPOLLET, .data.u64 = 1000 + 4500 * 7 };
+	ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_MOD, fds[4500], &mev), 0);
 	mev.events = EPOLLIN | EPOLLONESHOT;
-	mev.data.u64 = 1000 + 2999 * 7;
-	ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_MOD, fds[2999], &mev), 0);
+	mev.data.u64 = 1000 + 8999 * 7;
+	ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_MOD, fds[8999], &mev), 0);
 	int wk = -1;
 	ASSERT_EQ(dsock_epset_hidden(ep, out, 8, &wk), 0); /* nothing hidden yet */
 	for (int k = 0; k < 3; k++)

@@ -28,7 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BUCKETS 4096u /* per index; chains stay short up to ~100k members */
+/* Buckets per index: a power of two, at least one per member (grown by
+ * doubling, so a chain stays about one member long at any count). */
+#define BUCKETS_MIN 4096u
+static size_t nbuckets;
 
 pthread_mutex_t dsock_epset_mu = PTHREAD_MUTEX_INITIALIZER;
 _Atomic long dsock_epoll_in_added;
@@ -84,18 +87,18 @@ static void set_count(int epfd, int delta)
 
 static size_t h_fd(int fd)
 {
-	return (unsigned)fd & (BUCKETS - 1);
+	return (unsigned)fd & (nbuckets - 1);
 }
 
 static size_t h_data(int epfd, uint64_t data)
 {
 	uint64_t x = data * 0x9e3779b97f4a7c15ull ^ (uint64_t)(unsigned)epfd * 0xc2b2ae3d27d4eb4full;
-	return (size_t)(x >> 40) & (BUCKETS - 1);
+	return (size_t)(x >> 24) & (nbuckets - 1);
 }
 
 static size_t h_sock(const struct dsock_sock *s)
 {
-	return (size_t)(((uintptr_t)s >> 6) * 0x9e3779b97f4a7c15ull >> 40) & (BUCKETS - 1);
+	return (size_t)(((uintptr_t)s >> 6) * 0x9e3779b97f4a7c15ull >> 24) & (nbuckets - 1);
 }
 
 static struct member **head_of(int k, const struct member *m)
@@ -157,6 +160,29 @@ static int is_epoll_fd(int fd)
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	n = syscall(SYS_readlinkat, AT_FDCWD, path, link, sizeof(link) - 1);
 	return n == (long)sizeof("anon_inode:[eventpoll]") - 1 && !memcmp(link, "anon_inode:[eventpoll]", (size_t)n);
+}
+
+/* The three indexes with n buckets each, every member linked in again (mu
+ * held); -ENOMEM leaves them as they were, still correct, only longer. */
+static int rehash(size_t n)
+{
+	struct member **h[4] = { NULL };
+
+	for (int k = BY_FD; k <= BY_SOCK; k++)
+		if (!(h[k] = calloc(n, sizeof(struct member *)))) {
+			while (k-- > BY_FD)
+				free(h[k]);
+			return -ENOMEM;
+		}
+	for (int k = BY_FD; k <= BY_SOCK; k++) {
+		free(heads[k]);
+		heads[k] = h[k];
+	}
+	nbuckets = n;
+	for (struct member *m = all; m; m = m->next[ALL])
+		for (int k = BY_FD; k <= BY_SOCK; k++)
+			link_in(m, k);
+	return 0;
 }
 
 /* ---- registrations ---------------------------------------------------------- */
@@ -233,17 +259,9 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 				watch(m);
 		}
 	} else if (joins) {
-		if (!heads[BY_FD]) {
-			for (int k = BY_FD; k <= BY_SOCK; k++)
-				heads[k] = calloc(BUCKETS, sizeof(struct member *));
-			if (!heads[BY_FD] || !heads[BY_DATA] || !heads[BY_SOCK]) {
-				for (int k = BY_FD; k <= BY_SOCK; k++) {
-					free(heads[k]);
-					heads[k] = NULL;
-				}
-				goto out;
-			}
-		}
+		if (atomic_load(&nmembers) >= nbuckets && rehash(nbuckets ? 2 * nbuckets : BUCKETS_MIN) < 0 &&
+		    !nbuckets)
+			goto out;
 		m = calloc(1, sizeof(*m));
 		if (!m)
 			goto out;
