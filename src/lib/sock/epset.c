@@ -60,6 +60,7 @@ static _Atomic size_t nmembers;
 static struct {
 	int epfd;
 	size_t n;
+	int no_ghosts; /* polled as a whole (eghost.c) */
 } *sets;
 static size_t nsets, sets_cap;
 static int sets_lost; /* out of memory once: every close scans */
@@ -78,11 +79,37 @@ static void set_count(int epfd, int delta)
 			return;
 		}
 		sets[nsets].epfd = epfd;
+		sets[nsets].no_ghosts = 0;
 		sets[nsets++].n = 0;
 	}
 	sets[i].n += (size_t)delta;
 	if (sets[i].n == 0)
 		sets[i] = sets[--nsets];
+}
+
+static void drop(struct member *m);
+
+int dsock_epset_ghosts_allowed(int epfd)
+{
+	for (size_t i = 0; i < nsets; i++)
+		if (sets[i].epfd == epfd)
+			return !sets[i].no_ghosts && !sets_lost;
+	return 0;
+}
+
+void dsock_epset_no_ghosts(int epfd)
+{
+	pthread_mutex_lock(&dsock_epset_mu);
+	for (size_t i = 0; i < nsets; i++)
+		if (sets[i].epfd == epfd && !sets[i].no_ghosts) {
+			sets[i].no_ghosts = 1;
+			for (struct member *m = all, *n; m; m = n) {
+				n = m->next[ALL];
+				if (m->ghost && m->epfd == epfd)
+					drop(m);
+			}
+		}
+	pthread_mutex_unlock(&dsock_epset_mu);
 }
 
 static size_t h_fd(int fd)
@@ -135,6 +162,10 @@ static void watch(struct member *m)
 
 static void drop(struct member *m)
 {
+	if (m->ghost) {
+		dsock_real.epoll_ctl(m->epfd, EPOLL_CTL_DEL, m->fd, NULL);
+		dsock_ghost_set(m, 0);
+	}
 	dsock_watch_drop(&m->w, m->epfd);
 	if (m->watched)
 		atomic_fetch_sub(&dsock_epoll_watched, 1);
@@ -147,6 +178,21 @@ static void drop(struct member *m)
 		dsock_light_member(m->epfd, -1, 0);
 	atomic_fetch_sub(&nmembers, 1);
 	free(m);
+}
+
+void dsock_epset_drop(struct member *m)
+{
+	drop(m);
+}
+
+struct member *dsock_epset_data_chain(int epfd, uint64_t data)
+{
+	return heads[BY_DATA] ? heads[BY_DATA][h_data(epfd, data)] : NULL;
+}
+
+struct member *dsock_epset_all(void)
+{
+	return all;
 }
 
 /* 1 if the non-socket fd is an epoll set (a member of another one, or
@@ -203,7 +249,7 @@ static int capable(const struct dsock_sock *s)
 }
 
 /* 1 if epfd is a member of another set */
-static int nested(int epfd)
+int dsock_epset_nested(int epfd)
 {
 	for (struct member *m = heads[BY_FD] ? heads[BY_FD][h_fd(epfd)] : NULL; m; m = m->next[BY_FD])
 		if (m->fd == epfd && !m->sock)
@@ -229,14 +275,37 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		return dsock_real.epoll_ctl(epfd, op, fd, kev) < 0 ? -errno : 0;
 	/* the kernel's change and ours together: a parking (its own MOD) in
 	 * between would put back what the application just changed */
+	if (op == EPOLL_CTL_ADD && !s && atomic_load(&dsock_epoll_ghosts))
+		dsock_epset_no_ghosts(fd); /* a set inside another one */
 	pthread_mutex_lock(&dsock_epset_mu);
 	m = find(epfd, fd);
+	/* ghosts (eghost.c): what the kernel is asked, if anything */
+	int kop = op, skip = 0;
+	if (m && m->ghost) {
+		if (op != EPOLL_CTL_ADD) {
+			pthread_mutex_unlock(&dsock_epset_mu);
+			return -ENOENT; /* deleted, as far as the application knows */
+		}
+		if (!ev || (ev->events & EPOLLEXCLUSIVE)) { /* (no MOD can ask that) */
+			drop(m);
+			m = NULL;
+		} else {
+			kop = EPOLL_CTL_MOD;
+			skip = dsock_ghost_same(m, ev, kernel_events);
+		}
+	} else if (m && op == EPOLL_CTL_DEL) {
+		skip = dsock_ghost_may(m) && dsock_epset_ghosts_allowed(epfd);
+	} else if (m && op == EPOLL_CTL_MOD && ev) {
+		skip = dsock_ghost_same(m, ev, kernel_events);
+	}
+	if (ev && op != EPOLL_CTL_DEL && atomic_load(&dsock_epoll_ghosts))
+		dsock_ghosts_drop_data(epfd, ev->data.u64, m);
 	/* (MOD of an fd we do not track: a socket added while dsock did not
 	 * know it yet; anything else stays untracked, as at its ADD) */
 	int joins = !m && ev && (op == EPOLL_CTL_ADD || (op == EPOLL_CTL_MOD && s));
 	if (joins && (cap = capable(s)))
-		dsock_light_member(epfd, 1, nested(epfd)); /* before the kernel has it */
-	if (dsock_real.epoll_ctl(epfd, op, fd, kev) < 0) {
+		dsock_light_member(epfd, 1, dsock_epset_nested(epfd)); /* before the kernel has it */
+	if (!skip && dsock_real.epoll_ctl(epfd, kop, fd, kev) < 0) {
 		r = -errno;
 		if (cap)
 			dsock_light_member(epfd, -1, 0);
@@ -245,8 +314,12 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	}
 	if (m) {
 		if (op == EPOLL_CTL_DEL) {
-			drop(m);
+			if (skip)
+				dsock_ghost_set(m, 1);
+			else
+				drop(m);
 		} else if (ev) {
+			dsock_ghost_set(m, 0);
 			link_out(m, BY_DATA);
 			dsock_epset_in_added(m, kernel_events != ev->events);
 			m->events = ev->events;
@@ -287,7 +360,7 @@ out:
 		struct dsock_sock *held = dsock_sock_carried(fd, &tp);
 		if (held && dsock_hidden_sock(held, NULL)) {
 			pthread_mutex_lock(&dsock_epset_mu);
-			int nest = nested(epfd);
+			int nest = dsock_epset_nested(epfd);
 			pthread_mutex_unlock(&dsock_epset_mu);
 			if (dsock_light_sleeping(epfd, nest))
 				dsock_poke(epfd);
@@ -351,7 +424,7 @@ struct member *dsock_epset_by_data(int epfd, uint64_t data)
 	struct member *found = NULL;
 
 	for (struct member *m = heads[BY_DATA][h_data(epfd, data)]; m; m = m->next[BY_DATA]) {
-		if (m->epfd != epfd || m->data != data)
+		if (m->epfd != epfd || m->data != data || m->ghost)
 			continue;
 		if (found)
 			return NULL;
@@ -382,7 +455,7 @@ void dsock_sock_rewatch(struct dsock_sock *s)
 		return;
 	pthread_mutex_lock(&dsock_epset_mu);
 	for (struct member *m = heads[BY_SOCK] ? heads[BY_SOCK][h_sock(s)] : NULL; m; m = m->next[BY_SOCK])
-		if (m->sock == s)
+		if (m->sock == s && !m->ghost)
 			watch(m);
 	pthread_mutex_unlock(&dsock_epset_mu);
 }
@@ -430,7 +503,7 @@ static int emit_members(struct dsock_sock *s, void *arg)
 	struct hidden_walk *w = arg;
 
 	for (struct member *m = heads[BY_SOCK][h_sock(s)]; m && w->n < w->max; m = m->next[BY_SOCK]) {
-		if (m->sock != s || m->epfd != w->epfd || m->disarmed || !(m->events & EPOLLIN))
+		if (m->sock != s || m->epfd != w->epfd || m->disarmed || m->ghost || !(m->events & EPOLLIN))
 			continue;
 		/* the socket must still be the one at that fd */
 		if (dsock_fdt_peek(m->fd) != s ||
@@ -460,7 +533,7 @@ static int member_reportable(struct dsock_sock *s, void *arg)
 
 	for (struct member *m = heads[BY_SOCK][h_sock(s)]; m; m = m->next[BY_SOCK]) {
 		uint64_t mark = m->mark;
-		if (m->sock != s || m->epfd != epfd || m->disarmed || !(m->events & EPOLLIN) ||
+		if (m->sock != s || m->epfd != epfd || m->disarmed || m->ghost || !(m->events & EPOLLIN) ||
 		    dsock_fdt_peek(m->fd) != s)
 			continue;
 		if (dsock_hidden_sock(s, (m->events & EPOLLET) ? &mark : NULL))
@@ -538,6 +611,16 @@ int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int *wants_ke
 void dsock_epset_fork_prepare(void)
 {
 	pthread_mutex_lock(&dsock_epset_mu);
+	/* a set both processes hold holds no ghosts: one's ghost would be
+	 * reported to the other, or taken out of the kernel's set by the
+	 * other's wait after the first made it a member again */
+	for (size_t i = 0; i < nsets; i++)
+		sets[i].no_ghosts = 1;
+	for (struct member *m = all, *n; atomic_load(&dsock_epoll_ghosts) && m; m = n) {
+		n = m->next[ALL];
+		if (m->ghost)
+			drop(m);
+	}
 	dsock_hidden_fork(0);
 }
 

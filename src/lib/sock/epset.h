@@ -52,4 +52,19 @@ void dsock_epset_fork_prepare(void);
 void dsock_epset_fork_parent(void);
 void dsock_epset_fork_child(void);
 
+/* Ghosts: registrations the application deleted while the kernel's set
+ * keeps them (eghost.c), so that an event loop that takes a socket out and
+ * puts it back for every message makes no system call for it.  How many
+ * there are; 1 if the kernel's event (epfd, data) is a ghost's (taken out
+ * of the kernel's set now: not reported); before an exec, every ghost
+ * leaves the kernel's sets (a set the new program inherits holds only
+ * what the application registered). */
+extern _Atomic long dsock_epoll_ghosts;
+int dsock_epset_ghost_event(int epfd, uint64_t data);
+void dsock_epset_before_exec(void);
+/* Set epfd is polled as a whole (poll, select, another set): its ghosts
+ * leave the kernel's set now, and it holds none from now on (the kernel's
+ * readiness of the set would count them). */
+void dsock_epset_no_ghosts(int epfd);
+
 #endif

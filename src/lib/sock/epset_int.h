@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/epoll.h>
 
 struct dsock_sock;
 
@@ -25,6 +26,8 @@ struct member {
 	struct dsock_watch w;       /* and these other fds stand for it too */
 	struct dsock_sock *sock;    /* the socket at registration; NULL: an epoll set */
 	int capable;                /* a transport may carry it (light.h) */
+	int ghost;                  /* deleted by the application, still in the
+				     * kernel's set (eghost.c) */
 	/* chains: every member, by fd, by (epfd, data), by socket */
 	struct member *next[4], **pprev[4];
 };
@@ -41,5 +44,25 @@ struct member *dsock_epset_by_data(int epfd, uint64_t data);
 void dsock_epset_in_added(struct member *m, int on);
 /* m is parked (on) or not (mu held; epark.c). */
 void dsock_epset_set_parked(struct member *m, int on);
+
+/* (mu held) The first member in the chain that holds (epfd, data), if
+ * any; every member, by next[ALL]; m unlinked and freed (a ghost taken
+ * out of the kernel's set first); 1 if epfd is a member of another set. */
+struct member *dsock_epset_data_chain(int epfd, uint64_t data);
+struct member *dsock_epset_all(void);
+void dsock_epset_drop(struct member *m);
+int dsock_epset_nested(int epfd);
+
+/* Ghosts (eghost.c, mu held): whether the application's DEL of m may
+ * leave the kernel's registration in place; whether the kernel's
+ * registration of m already is what ev asks for (its MOD would change
+ * nothing); m becomes a ghost (on) or a member again; the ghosts of epfd
+ * with this data other than keep are taken out of the kernel's set. */
+int dsock_ghost_may(const struct member *m);
+int dsock_ghost_same(const struct member *m, const struct epoll_event *ev, unsigned kernel_events);
+void dsock_ghost_set(struct member *m, int on);
+void dsock_ghosts_drop_data(int epfd, uint64_t data, const struct member *keep);
+/* 1 while set epfd may hold ghosts (mu held) */
+int dsock_epset_ghosts_allowed(int epfd);
 
 #endif

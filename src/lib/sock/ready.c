@@ -188,6 +188,8 @@ static int filter_spurious(int epfd, struct epoll_event *ev, int n)
 	for (int i = 0; i < n; i++) {
 		struct dsock_epmember mb = { .fd = -1 };
 		uint64_t data = ev[i].data.u64;
+		if (atomic_load_explicit(&dsock_epoll_ghosts, memory_order_relaxed) && dsock_epset_ghost_event(epfd, data))
+			continue; /* deleted by the application (not kept) */
 		if ((ev[i].events & (EPOLLIN | EPOLLOUT)) || added)
 			dsock_epset_lookup(epfd, data, &mb);
 		if (mb.watched) {
@@ -222,7 +224,8 @@ static int needs_filter(void)
 {
 	return atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) ||
 	       atomic_load_explicit(&dsock_epoll_in_added, memory_order_relaxed) ||
-	       atomic_load_explicit(&dsock_epoll_watched, memory_order_relaxed);
+	       atomic_load_explicit(&dsock_epoll_watched, memory_order_relaxed) ||
+	       atomic_load_explicit(&dsock_epoll_ghosts, memory_order_relaxed);
 }
 
 /* This thread's last look at the kernel's readiness of an epoll set: which
