@@ -10,6 +10,7 @@
 
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int ctl(int ep, int op, int fd, unsigned events, uint64_t data)
@@ -144,5 +145,41 @@ STREAM_SCEN(epoll_deleted_inner_set)
 	R("send", send(c, "data", 4, 0));
 	wait_print("outer", outer, 100);
 	wait_print("inner", inner, 0);
+	R("recv", recv(s, b, sizeof(b), 0));
+}
+
+/* Deleted, then the process forks, and the parent puts the connection
+ * back as it was: the set is the child's too, and its wait reports the
+ * parent's registration (the child must not take it for the deleted one,
+ * nor take it out of the set). */
+STREAM_SCEN(epoll_deleted_then_fork)
+{
+	int c, s, ep = epoll_create1(0), go[2], res[2];
+	char b[8];
+
+	fam_pair(f, &c, &s);
+	if (pipe(go) < 0 || pipe(res) < 0)
+		return;
+	R("ADD", ctl(ep, EPOLL_CTL_ADD, s, EPOLLIN, 0xa1));
+	R("DEL", epoll_ctl(ep, EPOLL_CTL_DEL, s, NULL));
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct epoll_event ev = { 0 };
+		char x, r[2];
+		if (read(go[0], &x, 1) != 1)
+			_exit(1);
+		int n = epoll_wait(ep, &ev, 1, 2000);
+		r[0] = (char)n;
+		r[1] = (char)(n == 1 && ev.data.u64 == 0xa1);
+		_exit(write(res[1], r, 2) == 2 ? 0 : 1);
+	}
+	R("parent ADD back", ctl(ep, EPOLL_CTL_ADD, s, EPOLLIN, 0xa1));
+	R("send", send(c, "data", 4, 0));
+	R("cue the child", write(go[1], "x", 1));
+	char r[2] = { -1, -1 };
+	R("the child's answer", read(res[0], r, 2));
+	out("  child: epoll_wait = %d, the parent's data %d", r[0], r[1]);
+	R("reap", waitpid(pid, NULL, 0) == pid);
+	wait_print("the parent", ep, 2000);
 	R("recv", recv(s, b, sizeof(b), 0));
 }

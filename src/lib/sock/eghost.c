@@ -28,6 +28,7 @@
 #include "lib/sock/epset_int.h"
 #include "lib/base/proc.h"
 #include "lib/base/real.h"
+#include "lib/transport/transport.h"
 
 #include <stdatomic.h>
 
@@ -46,8 +47,9 @@ static int data_alone(const struct member *m)
 
 int dsock_ghost_may(const struct member *m)
 {
+	/* (sets are known to be nested only while a transport may run) */
 	return m->sock && m->capable && !(m->events & GHOST_NEVER) && !m->in_added && !m->parked && !m->watched &&
-	       dsock_table_owner() && !dsock_epset_nested(m->epfd) && data_alone(m);
+	       dsock_transports_any() && dsock_table_owner() && !dsock_epset_nested(m->epfd) && data_alone(m);
 }
 
 int dsock_ghost_same(const struct member *m, const struct epoll_event *ev, unsigned kernel_events)

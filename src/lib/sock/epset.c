@@ -270,13 +270,13 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		kv.events = kernel_events = dsock_epoll_kernel_events(fd, ev->events);
 		kev = &kv;
 	}
+	if (op == EPOLL_CTL_ADD && !s && atomic_load(&dsock_epoll_ghosts))
+		dsock_epset_no_ghosts(fd); /* (if a set) one inside another */
 	/* only sockets a transport may own, and epoll sets (nesting) */
 	if (op == EPOLL_CTL_ADD && !s && (!dsock_transports_any() || !is_epoll_fd(fd)))
 		return dsock_real.epoll_ctl(epfd, op, fd, kev) < 0 ? -errno : 0;
 	/* the kernel's change and ours together: a parking (its own MOD) in
 	 * between would put back what the application just changed */
-	if (op == EPOLL_CTL_ADD && !s && atomic_load(&dsock_epoll_ghosts))
-		dsock_epset_no_ghosts(fd); /* a set inside another one */
 	pthread_mutex_lock(&dsock_epset_mu);
 	m = find(epfd, fd);
 	/* ghosts (eghost.c): what the kernel is asked, if anything */
