@@ -28,7 +28,10 @@ int64_t dsock_spin_ns = 50000;
 #define YIELD_BUSY_NS 10000LL       /* a sched_yield this long: another thread ran */
 #define CONTENDED_FOR_NS 5000000LL  /* then spin briefly for this long */
 #define COURTESY_NS 20000LL         /* a spinner that keeps finding its data yields this often */
-#define KERNEL_LOOK_NS 1000LL       /* a spinning epoll asks the kernel this often */
+#define KERNEL_LOOK_NS 1000LL       /* a spinning epoll asks the kernel this often, */
+#ifndef KERNEL_LOOK_MAX_NS
+#define KERNEL_LOOK_MAX_NS 8000LL   /* or up to this while its looks find nothing */
+#endif
 #define SKIP_LOOKS 4                /* hidden data found without it, in a row at most */
 #define PURE_SPIN_NS 2000LL         /* and yields on every round after this long */
 #define PARK_SLICE_NS 5000000LL     /* a sleeping epoll looks at parked writers this often */
@@ -231,7 +234,7 @@ static int needs_filter(void)
 /* This thread's last look at the kernel's readiness of an epoll set: which
  * set, when (ns, 0 unknown), and how many looks at hidden data alone since. */
 static __thread int looked_epfd = -1;
-static __thread long long looked_ns;
+static __thread long long looked_ns, look_every = KERNEL_LOOK_NS;
 static __thread unsigned looks_skipped;
 
 /* Whether hidden data found now may go back without the kernel's events: a
@@ -244,7 +247,7 @@ static int kernel_look_skippable(int epfd, long long now)
 {
 	if (epfd != looked_epfd)
 		return 0;
-	if (now ? now - looked_ns >= KERNEL_LOOK_NS : looks_skipped >= SKIP_LOOKS)
+	if (now ? now - looked_ns >= look_every : looks_skipped >= SKIP_LOOKS)
 		return 0;
 	looks_skipped++;
 	return 1;
@@ -279,6 +282,10 @@ static int kernel_look(int epfd, struct epoll_event *ev, int max, long long now)
 		n = dsock_poke_take(epfd, ev, n, &poked);
 	looked_epfd = epfd;
 	looked_ns = now;
+	if (n > 0)
+		look_every = KERNEL_LOOK_NS;
+	else if (n == 0 && look_every < KERNEL_LOOK_MAX_NS)
+		look_every *= 2;
 	looks_skipped = 0;
 	return n;
 }
@@ -350,7 +357,8 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	if (is_light)
 		dsock_renew_at = 0;
 	if (heavy) {
-		long long t0 = dsock_mono_ns(), tn = t0, kernel_at = t0;
+		long long t0 = dsock_mono_ns(), tn = t0;
+		long long kernel_at = epfd == looked_epfd && looked_ns ? looked_ns + look_every : t0;
 		long long budget = dsock_spin_ns && !dsock_spin_contended(t0) ? dsock_spin_ns : -1;
 		int spins = 0;
 		/* (no spin: the look after the settle below is the only one).
@@ -362,7 +370,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		for (; tn - t0 <= budget; spins++) {
 			int kernel = tn >= kernel_at;
 			if (kernel)
-				kernel_at = tn + KERNEL_LOOK_NS;
+				kernel_at = tn + look_every;
 			if ((n = epoll_now(epfd, ev, max, kernel, tn, 1)) != 0) {
 				if (spins)
 					dsock_spin_outcome(1);
