@@ -65,6 +65,7 @@ echo "| call | native | dsock | added |"
 echo "|---|---|---|---|"
 "$T/callcost" >"$T/cc.native"
 LD_PRELOAD="$BUILD/lib/libdsock.so" "$T/callcost" >"$T/cc.dsock"
+sort -o "$T/cc.native" "$T/cc.native"; sort -o "$T/cc.dsock" "$T/cc.dsock" # (join wants them sorted)
 join "$T/cc.native" "$T/cc.dsock" | while read -r name n d; do
 	printf "| %s | %.1f | %.1f | %+.1f |\n" "$name" "$n" "$d" "$(echo "$d - $n" | bc -l)"
 done
