@@ -100,6 +100,7 @@ __attribute__((constructor)) static void dsock_init(void)
 {
 	const char *lvl = getenv("DSOCK_LOG");
 	const char *off = getenv("DSOCK_DISABLE");
+	const char *ghosts = getenv("DSOCK_EPOLL_GHOSTS");
 
 	DSOCK_GUARD_ENTER();
 	dsock_real_init();
@@ -108,6 +109,7 @@ __attribute__((constructor)) static void dsock_init(void)
 	dsock_log_setup("dsock", 2, lvl && dsock_log_level_parse(lvl) >= 0 ?
 			dsock_log_level_parse(lvl) : DSOCK_LOG_WARN);
 	dsock_env_init();
+	dsock_epoll_ghosts_on = ghosts && !strcmp(ghosts, "1");
 	program_name();
 	dsock_proc.enabled = !(off && *off && strcmp(off, "0")) && load_rules() == 0 &&
 			     dsock_rules_program_allowed(&dsock_proc.rules, dsock_proc.prog);
