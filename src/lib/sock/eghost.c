@@ -64,17 +64,23 @@ static int data_alone(const struct member *m)
 	return 1;
 }
 
+/* m's kernel registration is what the application asked, level-triggered
+ * and plain */
+static int plain(const struct member *m)
+{
+	return dsock_epoll_ghosts_on && !(m->events & GHOST_NEVER) && !m->in_added && !m->parked && !m->watched;
+}
+
 int dsock_ghost_may(const struct member *m)
 {
 	/* (sets are known to be nested only while a transport may run) */
-	return dsock_epoll_ghosts_on && m->sock && m->capable && !(m->events & GHOST_NEVER) && !m->in_added && !m->parked && !m->watched &&
-	       dsock_transports_any() && dsock_table_owner() && !dsock_epset_nested(m->epfd) && data_alone(m);
+	return plain(m) && m->sock && m->capable && dsock_transports_any() && dsock_table_owner() &&
+	       !dsock_epset_nested(m->epfd) && data_alone(m);
 }
 
 int dsock_ghost_same(const struct member *m, const struct epoll_event *ev, unsigned kernel_events)
 {
-	return dsock_epoll_ghosts_on && kernel_events == ev->events && ev->events == m->events && ev->data.u64 == m->data &&
-	       !(m->events & GHOST_NEVER) && !m->in_added && !m->parked && !m->watched;
+	return plain(m) && kernel_events == ev->events && ev->events == m->events && ev->data.u64 == m->data;
 }
 
 void dsock_ghost_set(struct member *m, int on)
@@ -85,27 +91,24 @@ void dsock_ghost_set(struct member *m, int on)
 	atomic_fetch_add(&dsock_epoll_ghosts, on ? 1 : -1);
 }
 
-void dsock_ghosts_drop_data(int epfd, uint64_t data, const struct member *keep)
+int dsock_ghosts_drop_data(int epfd, uint64_t data, const struct member *keep)
 {
+	int dropped = 0;
+
 	for (struct member *m = dsock_epset_data_chain(epfd, data), *n; m; m = n) {
 		n = m->next[BY_DATA];
-		if (m != keep && m->ghost && m->epfd == epfd && m->data == data)
+		if (m != keep && m->ghost && m->epfd == epfd && m->data == data) {
 			dsock_epset_drop(m);
+			dropped++;
+		}
 	}
+	return dropped;
 }
 
 int dsock_epset_ghost_event(int epfd, uint64_t data)
 {
-	int found = 0;
-
 	pthread_mutex_lock(&dsock_epset_mu);
-	for (struct member *m = dsock_epset_data_chain(epfd, data), *n; m; m = n) {
-		n = m->next[BY_DATA];
-		if (m->ghost && m->epfd == epfd && m->data == data) {
-			dsock_epset_drop(m);
-			found = 1;
-		}
-	}
+	int found = dsock_ghosts_drop_data(epfd, data, NULL) > 0;
 	pthread_mutex_unlock(&dsock_epset_mu);
 	return found;
 }
@@ -115,10 +118,6 @@ void dsock_epset_before_exec(void)
 	if (!atomic_load_explicit(&dsock_epoll_ghosts, memory_order_relaxed) || !dsock_table_owner())
 		return;
 	pthread_mutex_lock(&dsock_epset_mu);
-	for (struct member *m = dsock_epset_all(), *n; m; m = n) {
-		n = m->next[ALL];
-		if (m->ghost)
-			dsock_epset_drop(m);
-	}
+	dsock_epset_drop_ghosts(-1);
 	pthread_mutex_unlock(&dsock_epset_mu);
 }

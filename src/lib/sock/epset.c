@@ -87,8 +87,6 @@ static void set_count(int epfd, int delta)
 		sets[i] = sets[--nsets];
 }
 
-static void drop(struct member *m);
-
 int dsock_epset_ghosts_allowed(int epfd)
 {
 	for (size_t i = 0; i < nsets; i++)
@@ -103,11 +101,7 @@ void dsock_epset_no_ghosts(int epfd)
 	for (size_t i = 0; i < nsets; i++)
 		if (sets[i].epfd == epfd && !sets[i].no_ghosts) {
 			sets[i].no_ghosts = 1;
-			for (struct member *m = all, *n; m; m = n) {
-				n = m->next[ALL];
-				if (m->ghost && m->epfd == epfd)
-					drop(m);
-			}
+			dsock_epset_drop_ghosts(epfd);
 		}
 	pthread_mutex_unlock(&dsock_epset_mu);
 }
@@ -190,9 +184,13 @@ struct member *dsock_epset_data_chain(int epfd, uint64_t data)
 	return heads[BY_DATA] ? heads[BY_DATA][h_data(epfd, data)] : NULL;
 }
 
-struct member *dsock_epset_all(void)
+void dsock_epset_drop_ghosts(int epfd)
 {
-	return all;
+	for (struct member *m = all, *n; atomic_load(&dsock_epoll_ghosts) && m; m = n) {
+		n = m->next[ALL];
+		if (m->ghost && (epfd < 0 || m->epfd == epfd))
+			drop(m);
+	}
 }
 
 /* 1 if the non-socket fd is an epoll set (a member of another one, or
@@ -616,11 +614,7 @@ void dsock_epset_fork_prepare(void)
 	 * other's wait after the first made it a member again */
 	for (size_t i = 0; i < nsets; i++)
 		sets[i].no_ghosts = 1;
-	for (struct member *m = all, *n; atomic_load(&dsock_epoll_ghosts) && m; m = n) {
-		n = m->next[ALL];
-		if (m->ghost)
-			drop(m);
-	}
+	dsock_epset_drop_ghosts(-1);
 	dsock_hidden_fork(0);
 }
 

@@ -46,22 +46,24 @@ void dsock_epset_in_added(struct member *m, int on);
 void dsock_epset_set_parked(struct member *m, int on);
 
 /* (mu held) The first member in the chain that holds (epfd, data), if
- * any; every member, by next[ALL]; m unlinked and freed (a ghost taken
- * out of the kernel's set first); 1 if epfd is a member of another set. */
+ * any; m unlinked and freed (a ghost taken out of the kernel's set first);
+ * the ghosts of set epfd (-1: of every set) taken out of the kernel's set
+ * and freed; 1 if epfd is a member of another set. */
 struct member *dsock_epset_data_chain(int epfd, uint64_t data);
-struct member *dsock_epset_all(void);
 void dsock_epset_drop(struct member *m);
+void dsock_epset_drop_ghosts(int epfd);
 int dsock_epset_nested(int epfd);
 
 /* Ghosts (eghost.c, mu held): whether the application's DEL of m may
  * leave the kernel's registration in place; whether the kernel's
  * registration of m already is what ev asks for (its MOD would change
  * nothing); m becomes a ghost (on) or a member again; the ghosts of epfd
- * with this data other than keep are taken out of the kernel's set. */
+ * with this data other than keep are taken out of the kernel's set (how
+ * many). */
 int dsock_ghost_may(const struct member *m);
 int dsock_ghost_same(const struct member *m, const struct epoll_event *ev, unsigned kernel_events);
 void dsock_ghost_set(struct member *m, int on);
-void dsock_ghosts_drop_data(int epfd, uint64_t data, const struct member *keep);
+int dsock_ghosts_drop_data(int epfd, uint64_t data, const struct member *keep);
 /* 1 while set epfd may hold ghosts (mu held) */
 int dsock_epset_ghosts_allowed(int epfd);
 

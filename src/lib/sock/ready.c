@@ -29,9 +29,7 @@ int64_t dsock_spin_ns = 50000;
 #define CONTENDED_FOR_NS 5000000LL  /* then spin briefly for this long */
 #define COURTESY_NS 20000LL         /* a spinner that keeps finding its data yields this often */
 #define KERNEL_LOOK_NS 1000LL       /* a spinning epoll asks the kernel this often, */
-#ifndef KERNEL_LOOK_MAX_NS
 #define KERNEL_LOOK_MAX_NS 8000LL   /* or up to this while its looks find nothing */
-#endif
 #define SKIP_LOOKS 4                /* hidden data found without it, in a row at most */
 #define PURE_SPIN_NS 2000LL         /* and yields on every round after this long */
 #define PARK_SLICE_NS 5000000LL     /* a sleeping epoll looks at parked writers this often */
