@@ -104,3 +104,48 @@ static void nested_next_message(const struct fam *f, enum outer how)
 STREAM_SCEN(epoll_nested_in_poll_next_message) { nested_next_message(f, O_POLL); }
 STREAM_SCEN(epoll_nested_in_select_next_message) { nested_next_message(f, O_SELECT); }
 STREAM_SCEN(epoll_nested_in_epoll_next_message) { nested_next_message(f, O_EPOLL); }
+
+/* An epoll set of an idle connection, polled as a whole, says nothing
+ * until a byte comes: under dsock a pairing may write its own headers
+ * where the set's waits look (a transport's wait fd), which are no data;
+ * the other end's receive that finds nothing, a moment after the
+ * connection is made, is where a pairing may write them. */
+static void nested_idle(const struct fam *f, enum outer how)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0xd1 }, got;
+	int c, s, inner = epoll_create1(0), outer = epoll_create1(0), n;
+	char b[4];
+
+	fam_pair(f, &c, &s);
+	R("inner ADD the connection", epoll_ctl(inner, EPOLL_CTL_ADD, s, &ev));
+	ev.data.u64 = 0xd2;
+	R("outer ADD the inner set", epoll_ctl(outer, EPOLL_CTL_ADD, inner, &ev));
+	usleep(50000);
+	R("recv dontwait at the other end", recv(c, b, sizeof(b), MSG_DONTWAIT));
+	for (int round = 0; round < 2; round++) {
+		if (how == O_POLL) {
+			struct pollfd p = { .fd = inner, .events = POLLIN };
+			n = poll(&p, 1, 150);
+			out("poll on the inner set = %d %s", n, pollname(p.revents));
+		} else if (how == O_SELECT) {
+			struct timeval tv = { 0, 150000 };
+			fd_set r;
+			FD_ZERO(&r);
+			FD_SET(inner, &r);
+			n = select(inner + 1, &r, NULL, NULL, &tv);
+			out("select on the inner set = %d, readable %d", n, FD_ISSET(inner, &r) ? 1 : 0);
+		} else {
+			n = epoll_wait(outer, &got, 1, 150);
+			out("outer epoll_wait = %d %s", n, n > 0 ? epollname(got.events) : "-");
+		}
+		n = epoll_wait(inner, &got, 1, 0);
+		out("inner epoll_wait = %d %s", n, n > 0 ? epollname(got.events) : "-");
+		if (round == 0)
+			R("send one byte", send(c, "x", 1, 0));
+	}
+	R("recv", recv(s, b, sizeof(b), 0));
+}
+
+STREAM_SCEN(epoll_nested_idle_in_poll) { nested_idle(f, O_POLL); }
+STREAM_SCEN(epoll_nested_idle_in_select) { nested_idle(f, O_SELECT); }
+STREAM_SCEN(epoll_nested_idle_in_epoll) { nested_idle(f, O_EPOLL); }

@@ -54,7 +54,7 @@ void dsock_epset_in_added(struct member *m, int on)
 }
 static struct member *all;
 static struct member **heads[4]; /* [ALL] unused: all is the head */
-static _Atomic size_t nmembers;
+_Atomic size_t dsock_epset_nmembers;
 /* the epoll sets that have members, and how many (a close of one of them
  * drops its members) */
 static struct {
@@ -170,7 +170,7 @@ static void drop(struct member *m)
 	set_count(m->epfd, -1);
 	if (m->capable)
 		dsock_light_member(m->epfd, -1, 0);
-	atomic_fetch_sub(&nmembers, 1);
+	atomic_fetch_sub(&dsock_epset_nmembers, 1);
 	free(m);
 }
 
@@ -182,6 +182,16 @@ void dsock_epset_drop(struct member *m)
 struct member *dsock_epset_data_chain(int epfd, uint64_t data)
 {
 	return heads[BY_DATA] ? heads[BY_DATA][h_data(epfd, data)] : NULL;
+}
+
+struct member *dsock_epset_sock_chain(const struct dsock_sock *s)
+{
+	return heads[BY_SOCK] ? heads[BY_SOCK][h_sock(s)] : NULL;
+}
+
+struct member *dsock_epset_all_members(void)
+{
+	return all;
 }
 
 void dsock_epset_drop_ghosts(int epfd)
@@ -330,7 +340,7 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 				watch(m);
 		}
 	} else if (joins) {
-		if (atomic_load(&nmembers) >= nbuckets && rehash(nbuckets ? 2 * nbuckets : BUCKETS_MIN) < 0 &&
+		if (atomic_load(&dsock_epset_nmembers) >= nbuckets && rehash(nbuckets ? 2 * nbuckets : BUCKETS_MIN) < 0 &&
 		    !nbuckets)
 			goto out;
 		m = calloc(1, sizeof(*m));
@@ -342,7 +352,7 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		for (int k = 0; k < 4; k++)
 			link_in(m, k);
 		set_count(epfd, 1);
-		atomic_fetch_add(&nmembers, 1);
+		atomic_fetch_add(&dsock_epset_nmembers, 1);
 		if (s && s->tp && s->tp->waits)
 			watch(m);
 	}
@@ -379,7 +389,7 @@ void dsock_epoll_forget_range(unsigned first, unsigned last)
 	if (!dsock_table_owner())
 		return;
 	dsock_light_forget(first, last);
-	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
+	if (!atomic_load_explicit(&dsock_epset_nmembers, memory_order_relaxed))
 		return;
 	pthread_mutex_lock(&dsock_epset_mu);
 	for (size_t i = 0; i < nsets; i++)
@@ -436,20 +446,20 @@ int dsock_epset_lookup(int epfd, uint64_t data, struct dsock_epmember *out)
 	struct member *m;
 
 	*out = (struct dsock_epmember){ .fd = -1 };
-	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
+	if (!atomic_load_explicit(&dsock_epset_nmembers, memory_order_relaxed))
 		return -1;
 	pthread_mutex_lock(&dsock_epset_mu);
 	if ((m = dsock_epset_by_data(epfd, data)))
 		*out = (struct dsock_epmember){ .fd = m->fd, .events = m->events, .in_added = m->in_added,
 						.parked = m->parked, .watched = m->watched,
-						.disarmed = m->disarmed };
+						.disarmed = m->disarmed, .set = !m->sock };
 	pthread_mutex_unlock(&dsock_epset_mu);
 	return out->fd;
 }
 
 void dsock_sock_rewatch(struct dsock_sock *s)
 {
-	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
+	if (!atomic_load_explicit(&dsock_epset_nmembers, memory_order_relaxed))
 		return;
 	pthread_mutex_lock(&dsock_epset_mu);
 	for (struct member *m = heads[BY_SOCK] ? heads[BY_SOCK][h_sock(s)] : NULL; m; m = m->next[BY_SOCK])
@@ -470,139 +480,17 @@ void dsock_epset_oneshot(int epfd, uint64_t data, int reported)
 	pthread_mutex_unlock(&dsock_epset_mu);
 }
 
-/* A member that needs the kernel's look in the same call as ours: it
- * wants events whose state only the kernel knows, or the kernel holds an
- * edge or a one-shot for it that this report must use up (else a later
- * look reports the same arrival again). */
-#define KERNEL_LOOK_EVENTS (EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND | EPOLLPRI | EPOLLRDBAND | EPOLLET | EPOLLONESHOT)
-static __thread int emitted_wants_kernel;
-
-/* Reports member m (mu held). */
-static int emit(struct member *m, struct epoll_event *out)
-{
-	if (m->events & KERNEL_LOOK_EVENTS)
-		emitted_wants_kernel = 1;
-	out->events = EPOLLIN;
-	out->data.u64 = m->data;
-	if (m->events & EPOLLONESHOT)
-		m->disarmed = 1;
-	return 1;
-}
-
-/* Members of set epfd whose socket is hidden readable, as events (mu
- * held): the hidden-readable sockets are few, and each names its members. */
-struct hidden_walk {
-	int epfd, max, n;
-	struct epoll_event *out;
-};
-
-static int emit_members(struct dsock_sock *s, void *arg)
-{
-	struct hidden_walk *w = arg;
-
-	for (struct member *m = heads[BY_SOCK][h_sock(s)]; m && w->n < w->max; m = m->next[BY_SOCK]) {
-		if (m->sock != s || m->epfd != w->epfd || m->disarmed || m->ghost || !(m->events & EPOLLIN))
-			continue;
-		/* the socket must still be the one at that fd */
-		if (dsock_fdt_peek(m->fd) != s ||
-		    !dsock_hidden_sock(s, (m->events & EPOLLET) ? &m->mark : NULL))
-			continue;
-		w->n += emit(m, &w->out[w->n]);
-	}
-	return w->n >= w->max;
-}
-
-static int hidden_in_set(int epfd, struct epoll_event *out, int max)
-{
-	struct hidden_walk w = { .epfd = epfd, .max = max, .out = out };
-
-	if (max > 0)
-		dsock_hidden_each(emit_members, &w);
-	return w.n;
-}
-
-/* 1 if set epfd has a member whose socket is hidden readable and that
- * epoll_wait on it would report (mu held): a look that changes nothing (an
- * edge-triggered member's arrival stays unreported, a one-shot stays
- * armed), for a poller of the set itself. */
-static int member_reportable(struct dsock_sock *s, void *arg)
-{
-	int epfd = *(int *)arg;
-
-	for (struct member *m = heads[BY_SOCK][h_sock(s)]; m; m = m->next[BY_SOCK]) {
-		uint64_t mark = m->mark;
-		if (m->sock != s || m->epfd != epfd || m->disarmed || m->ghost || !(m->events & EPOLLIN) ||
-		    dsock_fdt_peek(m->fd) != s)
-			continue;
-		if (dsock_hidden_sock(s, (m->events & EPOLLET) ? &mark : NULL))
-			return 1;
-	}
-	return 0;
-}
-
-static int set_has_hidden(int epfd)
-{
-	return dsock_hidden_each(member_reportable, &epfd);
-}
-
-/* The same, or one of the sets nested in it (one level) has such data. */
-static int set_or_nested_has_hidden(int epfd)
-{
-	if (set_has_hidden(epfd))
-		return 1;
-	for (struct member *m = heads[BY_SOCK][h_sock(NULL)]; m; m = m->next[BY_SOCK])
-		if (m->epfd == epfd && !m->sock && !m->disarmed && (m->events & EPOLLIN) && set_has_hidden(m->fd))
-			return 1;
-	return 0;
-}
-
-int dsock_epset_readable(int epfd)
-{
-	int r;
-
-	if (!atomic_load_explicit(&nmembers, memory_order_relaxed) ||
-	    !atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed))
-		return 0;
-	pthread_mutex_lock(&dsock_epset_mu);
-	r = set_or_nested_has_hidden(epfd);
-	pthread_mutex_unlock(&dsock_epset_mu);
-	return r;
-}
-
 int dsock_epset_is_set(int fd)
 {
 	int r = 0;
 
-	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
+	if (!atomic_load_explicit(&dsock_epset_nmembers, memory_order_relaxed))
 		return 0;
 	pthread_mutex_lock(&dsock_epset_mu);
 	for (size_t i = 0; i < nsets && !r; i++)
 		r = sets[i].epfd == fd;
 	pthread_mutex_unlock(&dsock_epset_mu);
 	return r;
-}
-
-int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int *wants_kernel)
-{
-	int n;
-
-	*wants_kernel = 0;
-	if (!atomic_load_explicit(&nmembers, memory_order_relaxed))
-		return 0;
-	pthread_mutex_lock(&dsock_epset_mu);
-	emitted_wants_kernel = 0;
-	n = hidden_in_set(epfd, out, max);
-	/* epoll sets nested in epfd (one level): hidden data inside counts;
-	 * they have no socket, so all hang in the chain of NULL */
-	for (struct member *m = heads[BY_SOCK][h_sock(NULL)]; m && n < max; m = m->next[BY_SOCK]) {
-		if (m->epfd != epfd || m->sock || m->disarmed || !(m->events & EPOLLIN))
-			continue;
-		if (set_has_hidden(m->fd))
-			n += emit(m, &out[n]);
-	}
-	*wants_kernel = emitted_wants_kernel;
-	pthread_mutex_unlock(&dsock_epset_mu);
-	return n;
 }
 
 /* fork: the lists must not be caught half-changed by another thread */

@@ -19,6 +19,7 @@ struct dsock_epmember {
 	int in_added, parked;
 	int watched;  /* its transport has waits: ask it what events mean */
 	int disarmed; /* a one-shot reported by us, not re-armed yet */
+	int set;      /* the member is an epoll set (nested) */
 };
 int dsock_epset_lookup(int epfd, uint64_t data, struct dsock_epmember *out);
 /* A one-shot registration whose socket's transport has waits fired:
@@ -46,6 +47,12 @@ int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int *wants_ke
  * with hidden readable data that its epoll_wait would report: the set's
  * own readiness for poll, select or an outer epoll.  Changes nothing. */
 int dsock_epset_readable(int epfd);
+/* Set epfd, polled as a whole, is readable by the kernel's word: 1 if that
+ * stands once the parts of its members (and of the sets nested in it, one
+ * level) that are ready for nothing are settled (a transport's headers
+ * read, stale tokens drained), 0 if not.  A walk of the members: only for
+ * the kernel's readiness of a set itself, which no data path polls. */
+int dsock_epset_confirm(int epfd);
 /* 1 if fd is an epoll set with members dsock knows of. */
 int dsock_epset_is_set(int fd);
 void dsock_epset_fork_prepare(void);

@@ -50,6 +50,13 @@ void dsock_epset_set_parked(struct member *m, int on);
  * the ghosts of set epfd (-1: of every set) taken out of the kernel's set
  * and freed; 1 if epfd is a member of another set. */
 struct member *dsock_epset_data_chain(int epfd, uint64_t data);
+/* (mu held) The first member in the chain that holds socket s's members
+ * (NULL: the epoll sets nested in others), if any; the first of every
+ * member (next[ALL]). */
+struct member *dsock_epset_sock_chain(const struct dsock_sock *s);
+struct member *dsock_epset_all_members(void);
+/* How many members there are (none: nothing to look up). */
+extern _Atomic size_t dsock_epset_nmembers;
 void dsock_epset_drop(struct member *m);
 void dsock_epset_drop_ghosts(int epfd);
 int dsock_epset_nested(int epfd);

@@ -189,7 +189,8 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 			if (view[i] & 1)
 				ev |= (short)(fds[i].events & (POLLIN | POLLRDNORM));
 			else if ((ev & (POLLIN | POLLRDNORM)) && !(ev & (POLLHUP | POLLERR)) &&
-				 dsock_ready_spurious_in(fds[i].fd))
+				 (dsock_fdt_peek(fds[i].fd) ? dsock_ready_spurious_in(fds[i].fd) :
+				  dsock_epset_is_set(fds[i].fd) && !dsock_epset_confirm(fds[i].fd)))
 				ev &= (short)~(POLLIN | POLLRDNORM);
 			fds[i].revents = ev;
 			ready += ev != 0;

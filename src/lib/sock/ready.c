@@ -202,7 +202,9 @@ static int filter_spurious(int epfd, struct epoll_event *ev, int n)
 		} else if (mb.in_added || mb.parked) {
 			ev[i].events = writer_view(epfd, data, mb.fd, &mb, ev[i].events);
 		} else {
-			if ((ev[i].events & EPOLLIN) && dsock_ready_spurious_in(mb.fd))
+			/* (a nested set's hidden data joins as the hidden events) */
+			if ((ev[i].events & EPOLLIN) &&
+			    (mb.set ? !dsock_epset_confirm(mb.fd) : dsock_ready_spurious_in(mb.fd)))
 				ev[i].events &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
 			/* park first, then ask for room and look again: room
 			 * freed in between still sends its token */
