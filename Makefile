@@ -37,8 +37,9 @@ SOAK     = $(BUILD)/tests/soak
 MANY     = $(BUILD)/tests/many
 # the hand-over test: its helper once dynamic, once static (never preloaded)
 HANDOVER = $(BUILD)/tests/handover $(BUILD)/tests/handover-static
+GHOST_RACE = $(BUILD)/tests/ghost-race
 
-all: $(LIBDSOCK) $(DSOCKD) $(DSOCK) $(UNIT) $(CONF) $(SOAK) $(MANY) $(HANDOVER)
+all: $(LIBDSOCK) $(DSOCKD) $(DSOCK) $(UNIT) $(CONF) $(SOAK) $(MANY) $(HANDOVER) $(GHOST_RACE)
 
 # daemon, CLI and unit tests only (what SAN= instruments)
 san: $(DSOCKD) $(DSOCK) $(UNIT)
@@ -86,6 +87,10 @@ $(BUILD)/tests/handover: tests/faults/handover.c
 $(BUILD)/tests/handover-static: tests/faults/handover.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -static -o $@ $< $(LDFLAGS)
+
+$(GHOST_RACE): tests/faults/ghost_race.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
 
 $(SOAK): tests/soak/soak.c
 	@mkdir -p $(dir $@)

@@ -273,6 +273,12 @@ int exec_child_main(int argc, char **argv)
 		printf("fd after exec: %s\n", r < 0 ? ename(errno) : "open");
 		return 0;
 	}
+	if (!strcmp(mode, "epwait")) {
+		struct epoll_event ev = { 0 };
+		int n = epoll_wait(fd, &ev, 1, 100);
+		printf("exec child epoll_wait = %d data 0x%llx\n", n, n > 0 ? (unsigned long long)ev.data.u64 : 0ULL);
+		return 0;
+	}
 	if (!strcmp(mode, "read")) {
 		long n = read_all(fd, b, 5);
 		printf("exec child read %ld: %.5s\n", n, b);

@@ -5,10 +5,21 @@
  * fd closed while a dup keeps the socket, its data given to another
  * registration), answer a MOD or a second DEL, or make the set readable to
  * poll or to an outer set.  Under dsock such a DEL may leave the kernel's
- * registration in place (src/lib/sock/eghost.c). */
+ * registration in place (src/lib/sock/eghost.c), in close-on-exec sets
+ * only (the scenarios make them so), so the set is reached here every way
+ * that could show such a registration: a dup of the set, an fd that takes
+ * its data, a wait with little room, a fork, a poll asleep on the set, a
+ * program spawned after the set loses close-on-exec. */
 #include "conf.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/epoll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,7 +44,7 @@ static void wait_print(const char *what, int ep, int ms)
  * between EPOLLIN and EPOLLOUT as redis's event loop does. */
 STREAM_SCEN(epoll_del_add_every_message)
 {
-	int c, s, ep = epoll_create1(0);
+	int c, s, ep = epoll_create1(EPOLL_CLOEXEC);
 	char b[32];
 
 	fam_pair(f, &c, &s);
@@ -65,7 +76,7 @@ STREAM_SCEN(epoll_del_add_every_message)
  * and DEL find nothing, an ADD with other data reports that data. */
 STREAM_SCEN(epoll_deleted_stays_deleted)
 {
-	int c, s, c2, s2, ep = epoll_create1(0);
+	int c, s, c2, s2, ep = epoll_create1(EPOLL_CLOEXEC);
 	char b[32];
 
 	fam_pair(f, &c, &s);
@@ -96,7 +107,7 @@ STREAM_SCEN(epoll_deleted_stays_deleted)
  * it is not reported, neither with the old data nor at all. */
 STREAM_SCEN(epoll_deleted_then_closed_dup_alive)
 {
-	int c, s, ep = epoll_create1(0);
+	int c, s, ep = epoll_create1(EPOLL_CLOEXEC);
 	char b[8];
 
 	fam_pair(f, &c, &s);
@@ -114,7 +125,7 @@ STREAM_SCEN(epoll_deleted_then_closed_dup_alive)
  * new one, none for the old. */
 STREAM_SCEN(epoll_deleted_data_reused)
 {
-	int c, s, c2, s2, ep = epoll_create1(0);
+	int c, s, c2, s2, ep = epoll_create1(EPOLL_CLOEXEC);
 	char b[8];
 
 	fam_pair(f, &c, &s);
@@ -135,7 +146,7 @@ STREAM_SCEN(epoll_deleted_data_reused)
  * not hear of the deleted one's data. */
 STREAM_SCEN(epoll_deleted_inner_set)
 {
-	int c, s, inner = epoll_create1(0), outer = epoll_create1(0);
+	int c, s, inner = epoll_create1(EPOLL_CLOEXEC), outer = epoll_create1(EPOLL_CLOEXEC);
 	char b[8];
 
 	fam_pair(f, &c, &s);
@@ -154,7 +165,7 @@ STREAM_SCEN(epoll_deleted_inner_set)
  * nor take it out of the set). */
 STREAM_SCEN(epoll_deleted_then_fork)
 {
-	int c, s, ep = epoll_create1(0), go[2], res[2];
+	int c, s, ep = epoll_create1(EPOLL_CLOEXEC), go[2], res[2];
 	char b[8];
 
 	fam_pair(f, &c, &s);
@@ -181,5 +192,195 @@ STREAM_SCEN(epoll_deleted_then_fork)
 	out("  child: epoll_wait = %d, the parent's data %d", r[0], r[1]);
 	R("reap", waitpid(pid, NULL, 0) == pid);
 	wait_print("the parent", ep, 2000);
+	R("recv", recv(s, b, sizeof(b), 0));
+}
+
+/* Deleted, then the set dup'd: the copy reaches the same set, and neither
+ * number reports the deleted one or finds it. */
+STREAM_SCEN(epoll_deleted_set_dup)
+{
+	int c, s, ep = epoll_create1(EPOLL_CLOEXEC), ep2;
+	char b[8];
+
+	fam_pair(f, &c, &s);
+	R("ADD", ctl(ep, EPOLL_CTL_ADD, s, EPOLLIN, 0xb1));
+	R("DEL", epoll_ctl(ep, EPOLL_CTL_DEL, s, NULL));
+	R("dup the set", (ep2 = dup(ep)) >= 0);
+	R("send", send(c, "data", 4, 0));
+	wait_print("the copy", ep2, 100);
+	R("DEL through the copy", epoll_ctl(ep2, EPOLL_CTL_DEL, s, NULL));
+	R("ADD back through the first", ctl(ep, EPOLL_CTL_ADD, s, EPOLLIN, 0xb2));
+	wait_print("the copy", ep2, 2000);
+	R("DEL through the copy", epoll_ctl(ep2, EPOLL_CTL_DEL, s, NULL));
+	R("DEL again", epoll_ctl(ep, EPOLL_CTL_DEL, s, NULL));
+	R("ADD back", ctl(ep, EPOLL_CTL_ADD, s, EPOLLIN, 0xb3));
+	wait_print("the first", ep, 2000);
+	R("recv", recv(s, b, sizeof(b), 0));
+}
+
+/* Deleted, and its data given to an eventfd (edge-triggered): the
+ * eventfd's event is the one reported, once. */
+STREAM_SCEN(epoll_deleted_data_to_eventfd)
+{
+	int c, s, ep = epoll_create1(EPOLL_CLOEXEC), e = eventfd(0, EFD_NONBLOCK);
+	uint64_t one = 1;
+	char b[8];
+
+	fam_pair(f, &c, &s);
+	R("ADD", ctl(ep, EPOLL_CTL_ADD, s, EPOLLIN, 0xc1));
+	R("DEL", epoll_ctl(ep, EPOLL_CTL_DEL, s, NULL));
+	R("ADD an eventfd, same data, edge-triggered", ctl(ep, EPOLL_CTL_ADD, e, EPOLLIN | EPOLLET, 0xc1));
+	R("send", send(c, "data", 4, 0));
+	R("write the eventfd", write(e, &one, 8));
+	wait_print("the eventfd", ep, 2000);
+	wait_print("then nothing", ep, 50);
+	R("recv", recv(s, b, sizeof(b), 0));
+	close(e);
+}
+
+/* Two connections with data, the first deleted: a wait with room for one
+ * event and no timeout reports the second. */
+STREAM_SCEN(epoll_deleted_first_maxevents_one)
+{
+	int c, s, c2, s2, ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ev = { 0 };
+	char b[8];
+
+	fam_pair(f, &c, &s);
+	fam_pair(f, &c2, &s2);
+	R("ADD the first", ctl(ep, EPOLL_CTL_ADD, s, EPOLLIN, 0xd1));
+	R("ADD the second", ctl(ep, EPOLL_CTL_ADD, s2, EPOLLIN, 0xd2));
+	R("send to the first", send(c, "one", 3, 0));
+	R("send to the second", send(c2, "two", 3, 0));
+	R("wait for both", wait_fd(s, POLLIN, 2000) && wait_fd(s2, POLLIN, 2000));
+	wait_print("both", ep, 2000);
+	R("DEL the first", epoll_ctl(ep, EPOLL_CTL_DEL, s, NULL));
+	int n = epoll_wait(ep, &ev, 1, 0);
+	out("  room for one, no timeout: epoll_wait = %d data 0x%llx", n, n > 0 ? (unsigned long long)ev.data.u64 : 0ULL);
+	R("recv the first", recv(s, b, sizeof(b), 0));
+	R("recv the second", recv(s2, b, sizeof(b), 0));
+}
+
+/* An empty set, then a fork: the parent adds and deletes a connection that
+ * then gets data; the child's wait on the set (the same set) hears
+ * nothing. */
+STREAM_SCEN(epoll_empty_set_fork_then_deleted)
+{
+	int c, s, ep = epoll_create1(EPOLL_CLOEXEC), go[2], res[2];
+	char b[8];
+
+	fam_pair(f, &c, &s);
+	if (pipe(go) < 0 || pipe(res) < 0)
+		return;
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct epoll_event ev = { 0 };
+		char x, r;
+		if (read(go[0], &x, 1) != 1)
+			_exit(1);
+		r = (char)epoll_wait(ep, &ev, 1, 200);
+		_exit(write(res[1], &r, 1) == 1 ? 0 : 1);
+	}
+	R("parent ADD", ctl(ep, EPOLL_CTL_ADD, s, EPOLLIN, 0xe1));
+	R("parent DEL", epoll_ctl(ep, EPOLL_CTL_DEL, s, NULL));
+	R("send", send(c, "data", 4, 0));
+	R("cue the child", write(go[1], "x", 1));
+	char r = -1;
+	R("the child's answer", read(res[0], &r, 1));
+	out("  child: epoll_wait = %d", r);
+	R("reap", waitpid(pid, NULL, 0) == pid);
+	wait_print("the parent", ep, 50);
+	R("recv", recv(s, b, sizeof(b), 0));
+}
+
+/* MOD of a deleted registration: its arguments are checked first. */
+STREAM_SCEN(epoll_deleted_mod_errors)
+{
+	int c, s, ep = epoll_create1(EPOLL_CLOEXEC);
+
+	fam_pair(f, &c, &s);
+	R("ADD", ctl(ep, EPOLL_CTL_ADD, s, EPOLLIN, 0xf1));
+	R("DEL", epoll_ctl(ep, EPOLL_CTL_DEL, s, NULL));
+	R("MOD with EPOLLEXCLUSIVE", ctl(ep, EPOLL_CTL_MOD, s, EPOLLIN | EPOLLEXCLUSIVE, 0xf1));
+	R("MOD without an event", epoll_ctl(ep, EPOLL_CTL_MOD, s, NULL));
+	R("MOD", ctl(ep, EPOLL_CTL_MOD, s, EPOLLIN, 0xf1));
+	R("DEL", epoll_ctl(ep, EPOLL_CTL_DEL, s, NULL));
+	R("ADD with EPOLLEXCLUSIVE", ctl(ep, EPOLL_CTL_ADD, s, EPOLLIN | EPOLLEXCLUSIVE, 0xf2));
+}
+
+struct asleep {
+	int ep, n;
+	short revents;
+};
+
+static void *poll_set(void *arg)
+{
+	struct asleep *a = arg;
+	struct pollfd p = { .fd = a->ep, .events = POLLIN };
+
+	a->n = poll(&p, 1, 300);
+	a->revents = p.revents;
+	return NULL;
+}
+
+/* A thread asleep in poll on the set; a connection added and deleted
+ * meanwhile gets data: the poll times out. */
+STREAM_SCEN(epoll_deleted_while_set_polled)
+{
+	int c, s, ep = epoll_create1(EPOLL_CLOEXEC);
+	struct asleep a = { .ep = ep };
+	pthread_t t;
+	char b[8];
+
+	fam_pair(f, &c, &s);
+	pthread_create(&t, NULL, poll_set, &a);
+	usleep(50000);
+	R("ADD", ctl(ep, EPOLL_CTL_ADD, s, EPOLLIN, 0x1a1));
+	R("DEL", epoll_ctl(ep, EPOLL_CTL_DEL, s, NULL));
+	R("send", send(c, "data", 4, 0));
+	pthread_join(t, NULL);
+	out("  the poll asleep on the set: %d %s", a.n, pollname((unsigned short)a.revents));
+	R("recv", recv(s, b, sizeof(b), 0));
+}
+
+/* Spawns this program to wait on the inherited set ep. */
+static int spawn_epwait(int ep)
+{
+	extern char **environ;
+	char fds[16];
+	char *argv[] = { "conf-scen", "exec-child", fds, "epwait", NULL };
+	pid_t pid;
+	int st;
+
+	fflush(stdout);
+	snprintf(fds, sizeof(fds), "%d", ep);
+	if (posix_spawn(&pid, self_exe(), NULL, NULL, argv, environ))
+		return -1;
+	waitpid(pid, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Deleted, then the set loses close-on-exec (fcntl or ioctl) and a
+ * program is spawned on it: the program's wait hears nothing; the same
+ * for a set made without close-on-exec. */
+STREAM_SCEN(epoll_deleted_then_spawned)
+{
+	int c, s, ep = epoll_create1(EPOLL_CLOEXEC), ep2 = epoll_create(8), ep3 = epoll_create1(EPOLL_CLOEXEC);
+	char b[8];
+
+	fam_pair(f, &c, &s);
+	R("ADD", ctl(ep, EPOLL_CTL_ADD, s, EPOLLIN, 0x1b1));
+	R("DEL", epoll_ctl(ep, EPOLL_CTL_DEL, s, NULL));
+	R("ADD to a set made without close-on-exec", ctl(ep2, EPOLL_CTL_ADD, s, EPOLLIN, 0x1b2));
+	R("DEL", epoll_ctl(ep2, EPOLL_CTL_DEL, s, NULL));
+	R("ADD to a third", ctl(ep3, EPOLL_CTL_ADD, s, EPOLLIN, 0x1b3));
+	R("DEL", epoll_ctl(ep3, EPOLL_CTL_DEL, s, NULL));
+	R("send", send(c, "data", 4, 0));
+	R("wait for it", wait_fd(s, POLLIN, 2000));
+	R("F_SETFD 0", fcntl(ep, F_SETFD, 0));
+	R("FIONCLEX on the third", ioctl(ep3, FIONCLEX));
+	out("spawned on the first: exit %d", spawn_epwait(ep));
+	out("spawned on the second: exit %d", spawn_epwait(ep2));
+	out("spawned on the third: exit %d", spawn_epwait(ep3));
 	R("recv", recv(s, b, sizeof(b), 0));
 }

@@ -39,6 +39,12 @@
      (send(2) calls, set-up included, under a tenth of the round trips;
      without links there is one per round trip), every round trip
      answered.
+ 10. epoll ghosts under threads (tests/faults/ghost_race.c, 2 s): a thread
+     adds and deletes a readable socket with a new data value each round
+     (every fourth through a dup it then closes) while another waits on
+     the set; no wait reports a value deleted before it began, natively
+     and under dsock, and under dsock the DEL did leave the kernel's
+     registration (a ghost: the set's fdinfo lists the socket).
 
 Each check prints ok/FAIL; last line 'resources: N passed, N failed'."""
 import os, shutil, subprocess, sys, tempfile
@@ -352,6 +358,15 @@ try:
     # the switch: 4,000 sends)
     check("9. links: 500 connections, %.0f round trips/s, %d send(2) calls in 2 s (set-up included)" % (rate, calls),
           rate > 0 and 0 <= calls < 4000 + rate * 2 / 10, (r.stdout, r.stderr[-400:], calls))
+
+    race = os.path.join(BUILD, "tests", "ghost-race")
+    nat = subprocess.run([race, "2"], capture_output=True, text=True, timeout=60).stdout.split()
+    r = subprocess.run([DSOCK, "run", "--", race, "2"], env=env, capture_output=True, text=True, timeout=60)
+    got = r.stdout.split()
+    check("10. epoll ghosts under threads: no deleted registration reported, natively and under dsock (%s; %s)" %
+          (" ".join(nat), " ".join(got)),
+          len(nat) == 8 and len(got) == 8 and nat[1] == "0" and got[1] == "1" and nat[7] == "0" and got[7] == "0" and
+          int(got[3]) > 1000, (nat, r.stdout, r.stderr[-400:]))
 
     r, rings, _ = run(STORM)
     out = r.stdout.split()

@@ -7,7 +7,6 @@
 #define DSOCK_ENV_H
 
 #include "lib/base/exec_target.h"
-#include "lib/sock/epset.h" /* dsock_epset_before_exec */
 #include "lib/transport/transport.h" /* dsock_transports_exec_env */
 
 #include <stddef.h>
@@ -34,7 +33,6 @@ char *const *dsock_env_fix(char *const envp[], char **out, size_t cap, char *sbu
  * search, argv: struct dsock_exec_target): their connections handed over,
  * or moved back to the kernel if it will not run dsock. */
 #define DSOCK_ENV_FIXED(envp, name, spawn, dirfd, path, search, argv) \
-	dsock_epset_before_exec(); \
 	char name##_x[1024]; \
 	const struct dsock_exec_target name##_t = { dirfd, path, search, argv, envp }; \
 	size_t name##_xl = dsock_transports_exec_env(name##_x, sizeof(name##_x), spawn, &name##_t); \

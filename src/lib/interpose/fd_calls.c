@@ -1,6 +1,7 @@
 /* Calls that close, copy or change fds. */
 #include "lib/interpose/api.h"
 #include "lib/sock/sock.h"
+#include "lib/sock/epset.h"
 #include "lib/sock/io.h"
 
 #include <fcntl.h>
@@ -55,6 +56,8 @@ static int do_fcntl(int fd, int cmd, void *arg)
 		return (int)dsock_ret(dsock_sock_dup(fd, (int)(long)arg, 0, DSOCK_DUP_FCNTL_CLOEXEC));
 	case F_SETFL:
 		return (int)dsock_ret(dsock_sock_setfl(fd, (int)(long)arg));
+	case F_SETFD:
+		return (int)dsock_ret(dsock_epset_cloexec(fd, ((long)arg & FD_CLOEXEC) != 0, 1, (long)arg));
 	default:
 		return (int)dsock_ret(SYSRET(dsock_real.fcntl(fd, cmd, arg)));
 	}
@@ -87,6 +90,8 @@ DSOCK_API int ioctl(int fd, unsigned long req, ...)
 	va_end(ap);
 	if ((req == FIONREAD || req == SIOCATMARK) && arg && !DSOCK_GUARDED() && dsock_io_ioctl(fd, req, arg) == 0)
 		return 0; /* the transport's answer: it holds bytes for fd */
+	if ((req == FIOCLEX || req == FIONCLEX) && !DSOCK_GUARDED())
+		return (int)dsock_ret(dsock_epset_cloexec(fd, req == FIOCLEX, 0, 0));
 	r = dsock_real.ioctl(fd, req, arg);
 	if (r < 0 || DSOCK_GUARDED())
 		return (int)dsock_ret(SYSRET(r));

@@ -30,7 +30,7 @@ DSOCK_API int epoll_create(int size)
 	long r = SYSRET(dsock_real.epoll_create(size));
 
 	if (r >= 0 && !DSOCK_GUARDED())
-		dsock_light_born((int)r);
+		dsock_light_born((int)r, 0);
 	return (int)dsock_ret(r);
 }
 
@@ -39,7 +39,7 @@ DSOCK_API int epoll_create1(int flags)
 	long r = SYSRET(dsock_real.epoll_create1(flags));
 
 	if (r >= 0 && !DSOCK_GUARDED())
-		dsock_light_born((int)r);
+		dsock_light_born((int)r, (flags & EPOLL_CLOEXEC) != 0);
 	return (int)dsock_ret(r);
 }
 

@@ -21,37 +21,54 @@
  *
  * Only members whose kernel registration is exactly what the application
  * asked (no EPOLLIN added, not parked, no transport waits), level-
- * triggered, not one-shot or exclusive, of sets no other set holds (the
- * kernel's readiness of the set itself would count the ghost) and of the
- * process that owns the tables (not a vfork child) become ghosts.
+ * triggered, not one-shot or exclusive, of the process that owns the
+ * tables (not a vfork child), become ghosts, and only in sets that no
+ * one else can reach (light.h, dsock_light_ghostable): made by this
+ * process image after its last fork, close-on-exec (so no exec, spawn,
+ * system() or popen() passes them on), never dup'd, never nested in
+ * another set, never polled as a whole (the kernel's readiness of the set
+ * itself would count the ghost; a poll that starts on the set ends that
+ * for good, so none is made while one sleeps on it).
  *
- * Off unless DSOCK_EPOLL_GHOSTS=1: ghosts are judged by (set number,
- * data) against this process's records as they are when the wait's events
- * are filtered, and these differ from the kernel (found by review, each
- * reproduced): a dup of the set reaches the ghost under another number
- * (reported there; a DEL there removes it, and the revival by ADD on the
- * first number then asks the kernel nothing: its events are lost); an fd
- * the records do not hold (an eventfd) registered with a ghost's data has
- * its event taken for the ghost's and dropped (lost for good if
- * edge-triggered); another thread that closes, revives or takes the data
- * of a ghost between a wait's kernel call and its filter lets a deleted
- * registration's event through; a ghost's event can fill maxevents of a
- * timeout-0 wait that then returns 0; fork marks only sets with members;
- * vfork+exec, system() and popen() keep ghosts in sets the new program
- * inherits; a poll already asleep on the set sees them; MOD of a ghost
- * answers ENOENT where the kernel checks its arguments first (EFAULT,
- * EINVAL); exec and poll take the table lock, which a signal handler that
- * interrupted its holder would wait for. */
+ * A wait's events are judged against the records after the kernel's call;
+ * another thread may end a ghost in between (close it, take its data, or
+ * revive it with other data).  Each ghost that ends leaves a tombstone
+ * (set, data, sequence number); the wait drops an event whose registration
+ * is no ghost now but was one after its kernel call began, unless a
+ * registration that holds that data now is edge-triggered or one-shot (its
+ * own edge may be that event: a spurious report rather than a lost one).
+ * An fd the records do not hold (an eventfd) that takes a ghost's data
+ * ends the ghost first.  A wait whose room the ghosts' events took looks
+ * again at once.  MOD of a ghost answers as the kernel does for a
+ * registration it does not hold, arguments checked first (EFAULT, EINVAL,
+ * then ENOENT).
+ *
+ * Not covered: an epoll set handed to another process (SCM_RIGHTS,
+ * pidfd_getfd) holds the ghosts there too; DSOCK_EPOLL_GHOSTS=0 turns
+ * them off. */
 #include "lib/sock/epset.h"
 #include "lib/sock/epset_int.h"
+#include "lib/sock/light.h"
+#include "lib/sock/sock.h"
 #include "lib/base/proc.h"
 #include "lib/base/real.h"
 #include "lib/transport/transport.h"
 
+#include <errno.h>
 #include <stdatomic.h>
+#include <sys/ioctl.h>
+#include <fcntl.h>
 
 _Atomic long dsock_epoll_ghosts;
 int dsock_epoll_ghosts_on;
+
+/* Tombstones: the last ghosts that ended, written under the table lock. */
+#define TOMBS 256
+static struct {
+	int epfd;
+	uint64_t data, seq;
+} tombs[TOMBS];
+static _Atomic uint64_t tomb_seq;
 
 #define GHOST_NEVER (EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEUP)
 
@@ -87,8 +104,35 @@ void dsock_ghost_set(struct member *m, int on)
 {
 	if (m->ghost == on)
 		return;
+	if (!on) {
+		uint64_t q = atomic_load_explicit(&tomb_seq, memory_order_relaxed) + 1;
+		tombs[q % TOMBS].epfd = m->epfd;
+		tombs[q % TOMBS].data = m->data;
+		tombs[q % TOMBS].seq = q;
+		atomic_store_explicit(&tomb_seq, q, memory_order_release);
+	}
 	m->ghost = on;
 	atomic_fetch_add(&dsock_epoll_ghosts, on ? 1 : -1);
+}
+
+uint64_t dsock_ghost_since(void)
+{
+	return atomic_load_explicit(&tomb_seq, memory_order_acquire);
+}
+
+/* A ghost of (epfd, data) ended after tombstone since (mu held); an
+ * overwritten stretch counts as none (the event stays: spurious at worst
+ * for a registration that holds the data now, and the wait runs long). */
+static int ended_since(int epfd, uint64_t data, uint64_t since)
+{
+	uint64_t now = atomic_load_explicit(&tomb_seq, memory_order_relaxed);
+
+	if (now == since || now - since > TOMBS)
+		return 0;
+	for (uint64_t q = since + 1; q <= now; q++)
+		if (tombs[q % TOMBS].seq == q && tombs[q % TOMBS].epfd == epfd && tombs[q % TOMBS].data == data)
+			return 1;
+	return 0;
 }
 
 int dsock_ghosts_drop_data(int epfd, uint64_t data, const struct member *keep)
@@ -105,19 +149,31 @@ int dsock_ghosts_drop_data(int epfd, uint64_t data, const struct member *keep)
 	return dropped;
 }
 
-int dsock_epset_ghost_event(int epfd, uint64_t data)
+int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since)
 {
+	struct member *m;
+	int r;
+
 	pthread_mutex_lock(&dsock_epset_mu);
-	int found = dsock_ghosts_drop_data(epfd, data, NULL) > 0;
+	r = dsock_ghosts_drop_data(epfd, data, NULL) > 0;
+	if (!r && ended_since(epfd, data, since))
+		r = !(m = dsock_epset_by_data(epfd, data)) || !(m->events & (EPOLLET | EPOLLONESHOT));
 	pthread_mutex_unlock(&dsock_epset_mu);
-	return found;
+	return r;
 }
 
-void dsock_epset_before_exec(void)
+int dsock_epset_cloexec(int fd, int on, int fcntl, long arg)
 {
-	if (!atomic_load_explicit(&dsock_epoll_ghosts, memory_order_relaxed) || !dsock_table_owner())
-		return;
-	pthread_mutex_lock(&dsock_epset_mu);
-	dsock_epset_drop_ghosts(-1);
-	pthread_mutex_unlock(&dsock_epset_mu);
+	int r;
+
+	/* (before the kernel's flag changes: an exec in another thread
+	 * right after must find no ghost) */
+	if (!on && dsock_epoll_ghosts_on && !dsock_fdt_peek(fd))
+		dsock_epset_no_ghosts(fd);
+	r = fcntl ? dsock_real.fcntl(fd, F_SETFD, arg) : dsock_real.ioctl(fd, on ? FIOCLEX : FIONCLEX);
+	if (r < 0)
+		return -errno;
+	if (on && dsock_epoll_ghosts_on && !dsock_fdt_peek(fd))
+		dsock_light_cloexec(fd, 1);
+	return r;
 }

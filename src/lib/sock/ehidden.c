@@ -97,7 +97,7 @@ static int set_or_nested_has_hidden(int epfd)
 	if (set_has_hidden(epfd))
 		return 1;
 	for (struct member *m = dsock_epset_sock_chain(NULL); m; m = m->next[BY_SOCK])
-		if (m->epfd == epfd && !m->sock && !m->disarmed && (m->events & EPOLLIN) && set_has_hidden(m->fd))
+		if (m->epfd == epfd && !m->sock && !m->disarmed && (m->events & EPOLLIN) && set_has_hidden(dsock_epset_key(m->fd)))
 			return 1;
 	return 0;
 }
@@ -110,7 +110,7 @@ int dsock_epset_readable(int epfd)
 	    !atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed))
 		return 0;
 	pthread_mutex_lock(&dsock_epset_mu);
-	r = set_or_nested_has_hidden(epfd);
+	r = set_or_nested_has_hidden(dsock_epset_key(epfd));
 	pthread_mutex_unlock(&dsock_epset_mu);
 	return r;
 }
@@ -130,7 +130,7 @@ int dsock_epset_hidden(int epfd, struct epoll_event *out, int max, int *wants_ke
 	for (struct member *m = dsock_epset_sock_chain(NULL); m && n < max; m = m->next[BY_SOCK]) {
 		if (m->epfd != epfd || m->sock || m->disarmed || !(m->events & EPOLLIN))
 			continue;
-		if (set_has_hidden(m->fd))
+		if (set_has_hidden(dsock_epset_key(m->fd)))
 			n += emit(m, &out[n]);
 	}
 	*wants_kernel = emitted_wants_kernel;
@@ -154,7 +154,7 @@ static int carried_members(int epfd, struct part **v, size_t *cap, size_t *n)
 
 	for (struct member *m = dsock_epset_sock_chain(NULL); m && nsets < 9; m = m->next[BY_SOCK])
 		if (m->epfd == epfd && !m->sock)
-			sets[nsets++] = m->fd;
+			sets[nsets++] = dsock_epset_key(m->fd);
 	for (struct member *m = dsock_epset_all_members(); m; m = m->next[ALL]) {
 		int in = 0;
 		for (int i = 0; i < nsets && !in; i++)
@@ -179,7 +179,7 @@ int dsock_epset_confirm(int epfd)
 	if (!atomic_load_explicit(&dsock_epset_nmembers, memory_order_relaxed))
 		return 1;
 	pthread_mutex_lock(&dsock_epset_mu);
-	r = carried_members(epfd, &v, &cap, &n);
+	r = carried_members(dsock_epset_key(epfd), &v, &cap, &n);
 	pthread_mutex_unlock(&dsock_epset_mu);
 	if (r < 0 || !n || !(k = malloc(n * sizeof(*k)))) {
 		free(v);

@@ -60,7 +60,6 @@ _Atomic size_t dsock_epset_nmembers;
 static struct {
 	int epfd;
 	size_t n;
-	int no_ghosts; /* polled as a whole (eghost.c) */
 } *sets;
 static size_t nsets, sets_cap;
 static int sets_lost; /* out of memory once: every close scans */
@@ -79,7 +78,6 @@ static void set_count(int epfd, int delta)
 			return;
 		}
 		sets[nsets].epfd = epfd;
-		sets[nsets].no_ghosts = 0;
 		sets[nsets++].n = 0;
 	}
 	sets[i].n += (size_t)delta;
@@ -89,20 +87,18 @@ static void set_count(int epfd, int delta)
 
 int dsock_epset_ghosts_allowed(int epfd)
 {
-	for (size_t i = 0; i < nsets; i++)
-		if (sets[i].epfd == epfd)
-			return !sets[i].no_ghosts && !sets_lost;
-	return 0;
+	return !sets_lost && dsock_light_ghostable(epfd);
 }
 
 void dsock_epset_no_ghosts(int epfd)
 {
+	epfd = dsock_epset_key(epfd);
+	/* a ghost made before this mark is dropped below (both under mu) */
+	dsock_light_unghost(epfd);
+	if (!atomic_load(&dsock_epoll_ghosts))
+		return;
 	pthread_mutex_lock(&dsock_epset_mu);
-	for (size_t i = 0; i < nsets; i++)
-		if (sets[i].epfd == epfd && !sets[i].no_ghosts) {
-			sets[i].no_ghosts = 1;
-			dsock_epset_drop_ghosts(epfd);
-		}
+	dsock_epset_drop_ghosts(epfd);
 	pthread_mutex_unlock(&dsock_epset_mu);
 }
 
@@ -203,10 +199,7 @@ void dsock_epset_drop_ghosts(int epfd)
 	}
 }
 
-/* 1 if the non-socket fd is an epoll set (a member of another one, or
- * polled: hidden data inside it counts as its readiness).  A readlink per
- * registration of a non-socket fd, never on a data path. */
-static int is_epoll_fd(int fd)
+int dsock_is_epoll_fd(int fd)
 {
 	char path[48], link[32];
 	long n;
@@ -259,14 +252,19 @@ static int capable(const struct dsock_sock *s)
 /* 1 if epfd is a member of another set */
 int dsock_epset_nested(int epfd)
 {
-	for (struct member *m = heads[BY_FD] ? heads[BY_FD][h_fd(epfd)] : NULL; m; m = m->next[BY_FD])
-		if (m->fd == epfd && !m->sock)
+	/* (sets have no socket: all hang in the chain of NULL; one may be
+	 * in the other set by an alias's number) */
+	for (struct member *m = heads[BY_SOCK] ? heads[BY_SOCK][h_sock(NULL)] : NULL; m; m = m->next[BY_SOCK])
+		if (!m->sock && dsock_epset_key(m->fd) == epfd)
 			return 1;
 	return 0;
 }
 
-int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+int dsock_epoll_ctl(int app_epfd, int op, int fd, struct epoll_event *ev)
 {
+	/* the records name the set by its key (ealias.c); the kernel is asked
+	 * by the number the application gave */
+	int epfd = dsock_epset_key(app_epfd);
 	struct dsock_sock *s = dsock_fdt_peek(fd);
 	struct epoll_event kv, *kev = ev;
 	unsigned kernel_events = 0;
@@ -278,11 +276,17 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		kv.events = kernel_events = dsock_epoll_kernel_events(fd, ev->events);
 		kev = &kv;
 	}
-	if (op == EPOLL_CTL_ADD && !s && atomic_load(&dsock_epoll_ghosts))
+	if (op == EPOLL_CTL_ADD && !s && dsock_epoll_ghosts_on)
 		dsock_epset_no_ghosts(fd); /* (if a set) one inside another */
+	/* an fd we do not track takes a ghost's data too */
+	if (ev && op != EPOLL_CTL_DEL && !s && atomic_load(&dsock_epoll_ghosts)) {
+		pthread_mutex_lock(&dsock_epset_mu);
+		dsock_ghosts_drop_data(epfd, ev->data.u64, NULL);
+		pthread_mutex_unlock(&dsock_epset_mu);
+	}
 	/* only sockets a transport may own, and epoll sets (nesting) */
-	if (op == EPOLL_CTL_ADD && !s && (!dsock_transports_any() || !is_epoll_fd(fd)))
-		return dsock_real.epoll_ctl(epfd, op, fd, kev) < 0 ? -errno : 0;
+	if (op == EPOLL_CTL_ADD && !s && (!dsock_transports_any() || !dsock_is_epoll_fd(fd)))
+		return dsock_real.epoll_ctl(app_epfd, op, fd, kev) < 0 ? -errno : 0;
 	/* the kernel's change and ours together: a parking (its own MOD) in
 	 * between would put back what the application just changed */
 	pthread_mutex_lock(&dsock_epset_mu);
@@ -292,7 +296,13 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	if (m && m->ghost) {
 		if (op != EPOLL_CTL_ADD) {
 			pthread_mutex_unlock(&dsock_epset_mu);
-			return -ENOENT; /* deleted, as far as the application knows */
+			/* deleted, as far as the application knows: the kernel's
+			 * answer for a registration it does not hold */
+			if (op == EPOLL_CTL_MOD && !ev)
+				return -EFAULT;
+			if (op == EPOLL_CTL_MOD && (ev->events & EPOLLEXCLUSIVE))
+				return -EINVAL;
+			return -ENOENT;
 		}
 		if (!ev || (ev->events & EPOLLEXCLUSIVE)) { /* (no MOD can ask that) */
 			drop(m);
@@ -313,7 +323,7 @@ int dsock_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	int joins = !m && ev && (op == EPOLL_CTL_ADD || (op == EPOLL_CTL_MOD && s));
 	if (joins && (cap = capable(s)))
 		dsock_light_member(epfd, 1, dsock_epset_nested(epfd)); /* before the kernel has it */
-	if (!skip && dsock_real.epoll_ctl(epfd, kop, fd, kev) < 0) {
+	if (!skip && dsock_real.epoll_ctl(app_epfd, kop, fd, kev) < 0) {
 		r = -errno;
 		if (cap)
 			dsock_light_member(epfd, -1, 0);
@@ -379,6 +389,20 @@ out:
 	return 0;
 }
 
+void dsock_epset_rekey(int from, int to)
+{
+	for (struct member *m = all; m; m = m->next[ALL])
+		if (m->epfd == from) {
+			link_out(m, BY_DATA);
+			m->epfd = to;
+			link_in(m, BY_DATA);
+		}
+	for (size_t i = 0; i < nsets; i++)
+		if (sets[i].epfd == from)
+			sets[i].epfd = to;
+	dsock_light_rekey(from, to);
+}
+
 void dsock_epoll_forget_range(unsigned first, unsigned last)
 {
 	int a_set = sets_lost;
@@ -388,6 +412,8 @@ void dsock_epoll_forget_range(unsigned first, unsigned last)
 	 * data) */
 	if (!dsock_table_owner())
 		return;
+	/* a set that stays reachable by another number keeps its records */
+	dsock_epset_alias_forget(first, last);
 	dsock_light_forget(first, last);
 	if (!atomic_load_explicit(&dsock_epset_nmembers, memory_order_relaxed))
 		return;
@@ -486,6 +512,7 @@ int dsock_epset_is_set(int fd)
 
 	if (!atomic_load_explicit(&dsock_epset_nmembers, memory_order_relaxed))
 		return 0;
+	fd = dsock_epset_key(fd);
 	pthread_mutex_lock(&dsock_epset_mu);
 	for (size_t i = 0; i < nsets && !r; i++)
 		r = sets[i].epfd == fd;
@@ -500,8 +527,7 @@ void dsock_epset_fork_prepare(void)
 	/* a set both processes hold holds no ghosts: one's ghost would be
 	 * reported to the other, or taken out of the kernel's set by the
 	 * other's wait after the first made it a member again */
-	for (size_t i = 0; i < nsets; i++)
-		sets[i].no_ghosts = 1;
+	dsock_light_unghost(-1);
 	dsock_epset_drop_ghosts(-1);
 	dsock_hidden_fork(0);
 }
@@ -519,5 +545,6 @@ void dsock_epset_fork_child(void)
 	dsock_hidden_fork(2);
 	dsock_light_fork_child();
 	dsock_poke_fork_child();
+	dsock_epset_alias_fork_child();
 	pthread_mutex_init(&dsock_epset_mu, NULL);
 }

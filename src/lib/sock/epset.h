@@ -53,6 +53,12 @@ int dsock_epset_readable(int epfd);
  * read, stale tokens drained), 0 if not.  A walk of the members: only for
  * the kernel's readiness of a set itself, which no data path polls. */
 int dsock_epset_confirm(int epfd);
+/* The number dsock's records know epoll set fd by (ealias.c): fd itself
+ * unless fd is a dup of a set first known by another number. */
+int dsock_epset_key(int fd);
+/* newfd is a dup of oldfd: if an epoll set, an alias of oldfd's key. */
+void dsock_epset_dup(int oldfd, int newfd);
+void dsock_epset_alias_fork_child(void);
 /* 1 if fd is an epoll set with members dsock knows of. */
 int dsock_epset_is_set(int fd);
 void dsock_epset_fork_prepare(void);
@@ -62,16 +68,21 @@ void dsock_epset_fork_child(void);
 /* Ghosts: registrations the application deleted while the kernel's set
  * keeps them (eghost.c), so that an event loop that takes a socket out and
  * puts it back for every message makes no system call for it.  How many
- * there are; 1 if the kernel's event (epfd, data) is a ghost's (taken out
- * of the kernel's set now: not reported); before an exec, every ghost
- * leaves the kernel's sets (a set the new program inherits holds only
- * what the application registered). */
+ * there are; 1 if the kernel's event (epfd, data), from a kernel call made
+ * when the tombstones stood at since, is a ghost's (taken out of the
+ * kernel's set now) or was one meanwhile: not reported. */
 extern _Atomic long dsock_epoll_ghosts;
-/* Ghosts are made only with DSOCK_EPOLL_GHOSTS=1 (an experiment: see
- * eghost.c for the differences from the kernel that keep it off). */
+/* Ghosts are made unless DSOCK_EPOLL_GHOSTS=0. */
 extern int dsock_epoll_ghosts_on;
-int dsock_epset_ghost_event(int epfd, uint64_t data);
-void dsock_epset_before_exec(void);
+int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since);
+/* Where the ghosts' tombstones stand: read before a wait's kernel call,
+ * for dsock_epset_ghost_event. */
+uint64_t dsock_ghost_since(void);
+/* Sets fd's close-on-exec (on) or clears it: fcntl(fd, F_SETFD, arg) if
+ * fcntl, else ioctl FIOCLEX/FIONCLEX; 0 or -errno.  An epoll set that
+ * loses it loses its ghosts first (a program run by exec could reach
+ * them); one that gains it may hold them. */
+int dsock_epset_cloexec(int fd, int on, int fcntl, long arg);
 /* Set epfd is polled as a whole (poll, select, another set): its ghosts
  * leave the kernel's set now, and it holds none from now on (the kernel's
  * readiness of the set would count them). */

@@ -55,6 +55,16 @@ struct member *dsock_epset_data_chain(int epfd, uint64_t data);
  * member (next[ALL]). */
 struct member *dsock_epset_sock_chain(const struct dsock_sock *s);
 struct member *dsock_epset_all_members(void);
+/* 1 if the non-socket fd is an epoll set (a member of another one, or
+ * polled: hidden data inside it counts as its readiness).  A readlink,
+ * never on a data path. */
+int dsock_is_epoll_fd(int fd);
+/* (mu held) The records of set `from` are set `to`'s from now on (ealias.c:
+ * its key closed, an alias stays).  (mu not held) The aliases among fds
+ * first..last are forgotten, and a key among them hands its records to an
+ * alias that stays.  Lock order: mu, then the aliases', then light.c's. */
+void dsock_epset_rekey(int from, int to);
+void dsock_epset_alias_forget(unsigned first, unsigned last);
 /* How many members there are (none: nothing to look up). */
 extern _Atomic size_t dsock_epset_nmembers;
 void dsock_epset_drop(struct member *m);

@@ -2,6 +2,7 @@
  * and closed here, after the kernel did the same.  This is where a transport
  * is offered an established connection (settle()). */
 #include "lib/sock/sock.h"
+#include "lib/sock/epset.h"
 #include "lib/ctl/ctl.h"
 #include "lib/base/proc.h"
 #include "lib/base/real.h"
@@ -285,6 +286,9 @@ int dsock_sock_dup(int oldfd, int newfd, int flags, int how)
 	}
 	if ((how == DSOCK_DUP2 || how == DSOCK_DUP3) && oldfd != newfd)
 		dsock_epoll_forget_fd(newfd); /* closed by the dup, if open */
+	/* an epoll set reached by two numbers holds no ghosts (eghost.c) */
+	if (dsock_epoll_ghosts_on && !dsock_fdt_peek(oldfd))
+		dsock_epset_no_ghosts(oldfd);
 	switch (how) {
 	case DSOCK_DUP_ANY:
 		r = dsock_real.dup(oldfd);
@@ -309,6 +313,8 @@ int dsock_sock_dup(int oldfd, int newfd, int flags, int how)
 	if (!dsock_table_owner())
 		return r;
 	s = dsock_fdt_get(oldfd); /* this reference becomes the new slot's */
+	if (!s)
+		dsock_epset_dup(oldfd, r); /* (if an epoll set) */
 	if (s || dsock_fdt_peek(r)) {
 		struct dsock_sock *old = dsock_fdt_swap(r, s);
 		if (old == DSOCK_FDT_FAIL)

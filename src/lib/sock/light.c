@@ -15,6 +15,8 @@ static pthread_mutex_t light_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	int epfd;
 	long capable; /* members a transport may carry */
+	int cloexec;  /* close-on-exec, as far as we know */
+	int shared;   /* dup'd, forked, polled as a whole or nested */
 } *sets;
 static size_t nsets, sets_cap;
 static _Atomic size_t nsets_any; /* nsets, read without the lock */
@@ -29,7 +31,7 @@ static size_t find_locked(int epfd)
 	return i;
 }
 
-void dsock_light_born(int epfd)
+void dsock_light_born(int epfd, int cloexec)
 {
 	pthread_mutex_lock(&light_mu);
 	size_t i = find_locked(epfd);
@@ -39,8 +41,22 @@ void dsock_light_born(int epfd)
 			nsets++;
 		sets[i].epfd = epfd;
 		sets[i].capable = 0;
+		sets[i].cloexec = cloexec;
+		sets[i].shared = 0;
 		atomic_store(&nsets_any, nsets);
 	}
+	pthread_mutex_unlock(&light_mu);
+}
+
+void dsock_light_rekey(int from, int to)
+{
+	pthread_mutex_lock(&light_mu);
+	for (size_t i = 0; i < nsets; i++)
+		if (sets[i].epfd == from)
+			sets[i].epfd = to;
+	for (struct dsock_light *l = lights; l; l = l->next)
+		if (l->epfd == from)
+			l->epfd = to;
 	pthread_mutex_unlock(&light_mu);
 }
 
@@ -55,6 +71,46 @@ void dsock_light_forget(unsigned first, unsigned last)
 		else
 			i++;
 	atomic_store(&nsets_any, nsets);
+	pthread_mutex_unlock(&light_mu);
+}
+
+int dsock_light_ghostable(int epfd)
+{
+	int r;
+
+	if (!atomic_load_explicit(&nsets_any, memory_order_relaxed))
+		return 0;
+	pthread_mutex_lock(&light_mu);
+	size_t i = find_locked(epfd);
+	r = i < nsets && sets[i].cloexec && !sets[i].shared;
+	pthread_mutex_unlock(&light_mu);
+	return r;
+}
+
+int dsock_light_unghost(int epfd)
+{
+	int was = 0;
+
+	if (!atomic_load_explicit(&nsets_any, memory_order_relaxed))
+		return 0;
+	pthread_mutex_lock(&light_mu);
+	for (size_t i = 0; i < nsets; i++)
+		if (epfd < 0 || sets[i].epfd == epfd) {
+			was |= sets[i].cloexec && !sets[i].shared;
+			sets[i].shared = 1;
+		}
+	pthread_mutex_unlock(&light_mu);
+	return was;
+}
+
+void dsock_light_cloexec(int epfd, int on)
+{
+	if (!atomic_load_explicit(&nsets_any, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&light_mu);
+	size_t i = find_locked(epfd);
+	if (i < nsets)
+		sets[i].cloexec = on;
 	pthread_mutex_unlock(&light_mu);
 }
 

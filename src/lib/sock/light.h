@@ -29,8 +29,21 @@ struct dsock_light {
 	struct dsock_light *next, **pprev;
 };
 
-/* epoll_create made epfd, empty. */
-void dsock_light_born(int epfd);
+/* epoll_create made epfd, empty; cloexec: with EPOLL_CLOEXEC. */
+void dsock_light_born(int epfd, int cloexec);
+/* Ghosts (eghost.c) may stay in set epfd: dsock saw its creation in this
+ * process image, after the last fork, with close-on-exec (no other
+ * process, no program run by exec or spawn, can reach it), and it was
+ * never dup'd, given close-on-exec back, polled as a whole or nested in
+ * another set since. */
+int dsock_light_ghostable(int epfd);
+/* Set epfd (-1: every set) may hold no ghosts from now on (1 if it could
+ * until now). */
+int dsock_light_unghost(int epfd);
+/* fcntl(F_SETFD) or ioctl(FIOCLEX/FIONCLEX) set epfd's close-on-exec. */
+void dsock_light_cloexec(int epfd, int on);
+/* Set from is known as set to from now on (ealias.c). */
+void dsock_light_rekey(int from, int to);
 /* fds first..last are closed: sets among them are forgotten. */
 void dsock_light_forget(unsigned first, unsigned last);
 /* A member that a transport may carry joins epfd (+1: before the kernel

@@ -98,7 +98,7 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 
 	int waits = atomic_load_explicit(&dsock_waits_socks, memory_order_relaxed) > 0;
 	/* an epoll set polled as a whole holds no ghosts (epset.h) */
-	if (atomic_load_explicit(&dsock_epoll_ghosts, memory_order_relaxed) > 0)
+	if (dsock_epoll_ghosts_on)
 		for (nfds_t i = 0; i < n; i++)
 			if (fds[i].fd >= 0 && !dsock_fdt_peek(fds[i].fd))
 				dsock_epset_no_ghosts(fds[i].fd);

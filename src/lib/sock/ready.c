@@ -178,19 +178,28 @@ static unsigned watched_view(int epfd, uint64_t data, const struct dsock_epmembe
 	return ev;
 }
 
-/* Drops the IN of events that are only stale tokens, and the IN we added,
- * and a level-triggered OUT while there is no room (parking it); returns
- * how many events remain. */
+/* The tombstones when this thread's last kernel call on a set began
+ * (eghost.c), and whether its filter dropped a ghost's event since. */
+static __thread uint64_t ghost_since;
+static __thread int ghost_dropped;
+
+/* Drops the events of ghosts, the IN of events that are only stale tokens,
+ * and the IN we added, and a level-triggered OUT while there is no room
+ * (parking it); returns how many events remain. */
 static int filter_spurious(int epfd, struct epoll_event *ev, int n)
 {
 	int kept = 0, added = atomic_load_explicit(&dsock_epoll_in_added, memory_order_relaxed) > 0 ||
 				   atomic_load_explicit(&dsock_epoll_watched, memory_order_relaxed) > 0;
+	int ghosts = atomic_load_explicit(&dsock_epoll_ghosts, memory_order_relaxed) > 0 ||
+		     dsock_ghost_since() != ghost_since;
 
 	for (int i = 0; i < n; i++) {
 		struct dsock_epmember mb = { .fd = -1 };
 		uint64_t data = ev[i].data.u64;
-		if (atomic_load_explicit(&dsock_epoll_ghosts, memory_order_relaxed) && dsock_epset_ghost_event(epfd, data))
+		if (ghosts && dsock_epset_ghost_event(epfd, data, ghost_since)) {
+			ghost_dropped = 1;
 			continue; /* deleted by the application (not kept) */
+		}
 		if ((ev[i].events & (EPOLLIN | EPOLLOUT)) || added)
 			dsock_epset_lookup(epfd, data, &mb);
 		if (mb.watched) {
@@ -222,13 +231,14 @@ static int filter_spurious(int epfd, struct epoll_event *ev, int n)
 	return kept;
 }
 
-/* Events need a look: tokens may be among them, or IN we added. */
+/* Events need a look: tokens may be among them, or IN we added, or a
+ * ghost's (one that ended since the kernel's call began too). */
 static int needs_filter(void)
 {
 	return atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) ||
 	       atomic_load_explicit(&dsock_epoll_in_added, memory_order_relaxed) ||
 	       atomic_load_explicit(&dsock_epoll_watched, memory_order_relaxed) ||
-	       atomic_load_explicit(&dsock_epoll_ghosts, memory_order_relaxed);
+	       atomic_load_explicit(&dsock_epoll_ghosts, memory_order_relaxed) || dsock_ghost_since() != ghost_since;
 }
 
 /* This thread's last look at the kernel's readiness of an epoll set: which
@@ -276,6 +286,7 @@ void dsock_sleep_begin(void)
 
 static int kernel_look(int epfd, struct epoll_event *ev, int max, long long now)
 {
+	ghost_since = dsock_ghost_since();
 	int n = dsock_real.epoll_wait(epfd, ev, max, 0), poked;
 	/* (a poke's hidden data is what our caller adds anyway) */
 	if (n > 0 && atomic_load_explicit(&dsock_pokes, memory_order_relaxed))
@@ -287,6 +298,41 @@ static int kernel_look(int epfd, struct epoll_event *ev, int max, long long now)
 	else if (n == 0 && look_every < KERNEL_LOOK_MAX_NS)
 		look_every *= 2;
 	looks_skipped = 0;
+	return n;
+}
+
+/* Filters the n events of a kernel call that filled max; when ghosts'
+ * events took room, the kernel is asked again at once (each such ghost
+ * left its set), as its one call would have filled it: events that the
+ * first call gave already are left out. */
+static int filter_full(int epfd, struct epoll_event *ev, int n, int max)
+{
+	int full = n == max;
+
+	ghost_dropped = 0;
+	n = filter_spurious(epfd, ev, n);
+	for (int round = 0; round < 4 && full && ghost_dropped && n < max; round++) {
+		int poked, got;
+		ghost_dropped = 0;
+		ghost_since = dsock_ghost_since();
+		got = dsock_real.epoll_wait(epfd, ev + n, max - n, 0);
+		if (got <= 0)
+			break;
+		full = got == max - n;
+		if (atomic_load_explicit(&dsock_pokes, memory_order_relaxed))
+			got = dsock_poke_take(epfd, ev + n, got, &poked);
+		got = filter_spurious(epfd, ev + n, got);
+		for (int i = n; i < n + got;) {
+			int seen = 0;
+			for (int j = 0; j < n && !seen; j++)
+				seen = ev[j].data.u64 == ev[i].data.u64;
+			if (seen)
+				ev[i] = ev[n + --got];
+			else
+				i++;
+		}
+		n += got;
+	}
 	return n;
 }
 
@@ -321,7 +367,7 @@ static int epoll_now(int epfd, struct epoll_event *ev, int max, int kernel_anywa
 	if (n < 0)
 		return -errno;
 	if (needs_filter())
-		n = filter_spurious(epfd, ev, n);
+		n = filter_full(epfd, ev, n, max);
 	for (int i = 0; i < extra; i++) {
 		int j;
 		for (j = 0; j < n && ev[j].data.u64 != hid[i].data.u64; j++)
@@ -338,6 +384,10 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		      const struct timespec *t, const sigset_t *m, int kind)
 {
 	int n;
+
+	/* a dup of the set: its records' number (ealias.c), for the kernel
+	 * too (the number stays open while it names the records) */
+	epfd = dsock_epset_key(epfd);
 	int blocking = kind == DSOCK_EPW_PWAIT2 ? !t || t->tv_sec || t->tv_nsec : timeout_ms != 0;
 
 	if (max > 0 && atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0 &&
@@ -410,6 +460,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		 * (their space token may have gone down another thread's drain) */
 		int sliced = blocking && atomic_load_explicit(&dsock_epoll_parked, memory_order_relaxed) > 0 &&
 			     (deadline < 0 || deadline - dsock_mono_ns() > PARK_SLICE_NS);
+		ghost_since = dsock_ghost_since();
 		if (sliced) {
 			struct timespec sl = { 0, PARK_SLICE_NS };
 			n = dsock_real.epoll_pwait2(epfd, ev, max, &sl, kind == DSOCK_EPW_WAIT ? NULL : m);
@@ -435,7 +486,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		if (n <= 0 || !needs_filter())
 			break;
 		/* a token that outlived its data must not be reported */
-		n = filter_spurious(epfd, ev, n);
+		n = filter_full(epfd, ev, n, max);
 		if (n || !blocking)
 			break;
 	again:

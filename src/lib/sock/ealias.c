@@ -1,0 +1,89 @@
+/* Epoll sets reached by more than one fd number (dup, dup2, dup3,
+ * F_DUPFD): the records of a set (epset.c, light.c, poke.c) name it by one
+ * number, its key, the one it was first known by; every other number of
+ * the set is an alias of the key, and our epoll calls made on an alias
+ * look at the key's records.  When the key is closed while an alias
+ * lives, the records move to the alias, which becomes the key. */
+#include "lib/sock/epset.h"
+#include "lib/sock/epset_int.h"
+#include "lib/base/grow.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+static pthread_mutex_t alias_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	int fd, key;
+} *aliases;
+static size_t naliases, aliases_cap;
+static _Atomic size_t naliases_any; /* naliases, read without the lock */
+
+static int key_locked(int fd)
+{
+	for (size_t i = 0; i < naliases; i++)
+		if (aliases[i].fd == fd)
+			return aliases[i].key;
+	return fd;
+}
+
+int dsock_epset_key(int fd)
+{
+	int key;
+
+	if (!atomic_load_explicit(&naliases_any, memory_order_relaxed))
+		return fd;
+	pthread_mutex_lock(&alias_mu);
+	key = key_locked(fd);
+	pthread_mutex_unlock(&alias_mu);
+	return key;
+}
+
+void dsock_epset_dup(int oldfd, int newfd)
+{
+	if (oldfd == newfd || !dsock_is_epoll_fd(newfd))
+		return;
+	pthread_mutex_lock(&alias_mu);
+	int key = key_locked(oldfd);
+	if (key != newfd && !dsock_grow(&aliases, &aliases_cap, naliases, sizeof(*aliases), 8)) {
+		aliases[naliases].fd = newfd;
+		aliases[naliases++].key = key;
+		atomic_store(&naliases_any, naliases);
+	}
+	pthread_mutex_unlock(&alias_mu);
+}
+
+void dsock_epset_alias_forget(unsigned first, unsigned last)
+{
+	if (!atomic_load_explicit(&naliases_any, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&dsock_epset_mu);
+	pthread_mutex_lock(&alias_mu);
+	/* the closed aliases go */
+	for (size_t i = 0; i < naliases;)
+		if ((unsigned)aliases[i].fd >= first && (unsigned)aliases[i].fd <= last)
+			aliases[i] = aliases[--naliases];
+		else
+			i++;
+	/* a closed key hands its records to an alias that stays */
+	for (size_t i = 0; i < naliases;) {
+		int key = aliases[i].key, heir = aliases[i].fd;
+		if ((unsigned)key < first || (unsigned)key > last) {
+			i++;
+			continue;
+		}
+		dsock_epset_rekey(key, heir);
+		aliases[i] = aliases[--naliases];
+		for (size_t j = 0; j < naliases; j++)
+			if (aliases[j].key == key)
+				aliases[j].key = heir;
+		i = 0;
+	}
+	atomic_store(&naliases_any, naliases);
+	pthread_mutex_unlock(&alias_mu);
+	pthread_mutex_unlock(&dsock_epset_mu);
+}
+
+void dsock_epset_alias_fork_child(void)
+{
+	pthread_mutex_init(&alias_mu, NULL);
+}
