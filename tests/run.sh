@@ -3,7 +3,7 @@
 #   unit tests, plain, under ASan+UBSan and under TSan (the threaded
 #   fast-path test among them); the export list; the source layout; the conformance
 #   suite (every scenario natively and under dsock: fast path on, its
-#   connections going back to the kernel mid-stream, off, epoll ghosts off; the TCP ones over
+#   connections going back to the kernel mid-stream, off, epoll ghosts on; the TCP ones over
 #   the test transport socketpair) and its harness
 #   self-tests; the daemon and CLI; faults and resource exhaustion; a
 #   connection handed to programs without dsock (exec, SCM_RIGHTS); real
@@ -96,11 +96,16 @@ conformance_kernel() {
 	DSOCK_FASTPATH=0 "$BUILD/tests/conformance" -j 2 -w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
 }
 
-# Epoll ghosts (src/lib/sock/eghost.c) are on by default; every scenario
-# also runs with them off, as DSOCK_EPOLL_GHOSTS=0 leaves it.
+# Epoll ghosts (src/lib/sock/eghost.c), an experiment off by default, kept
+# honest on every scenario; the differences they still have are listed
+# with -k: an fd the records do not hold that shares its data with a
+# registration later deleted (its edge is taken for the ghost's), and two
+# registrations sharing data behind a ghost in a wait with little room
+# (reported as one).
 conformance_ghosts() {
 	mkdir -p "$RUNDIR/ghosts"
-	DSOCK_FASTPATH=1 DSOCK_EPOLL_GHOSTS=0 "$BUILD/tests/conformance" -j 2 -r "$RUNDIR/ghosts" -m 90 \
+	DSOCK_FASTPATH=1 DSOCK_EPOLL_GHOSTS=1 "$BUILD/tests/conformance" -j 2 -r "$RUNDIR/ghosts" -m 90 \
+		-k /rv_untracked_et_shares_data_with_deleted,/rv_full_wait_two_same_data \
 		-w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
 }
 
@@ -139,7 +144,7 @@ step "unit tests under TSan" unit "$BUILD-tsan"
 step "conformance (native vs dsock, fast path on)" conformance
 step "conformance (native vs dsock, back to the kernel mid-stream)" conformance_back
 step "conformance (native vs dsock, fast path off)" conformance_kernel
-step "conformance (native vs dsock, epoll ghosts off)" conformance_ghosts
+step "conformance (native vs dsock, epoll ghosts on)" conformance_ghosts
 step "conformance over the test transport socketpair (TCP scenarios)" conformance_socketpair
 step "conformance harness self-test" harness_selftest
 step "daemon and CLI" daemon_tests

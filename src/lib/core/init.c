@@ -109,7 +109,7 @@ __attribute__((constructor)) static void dsock_init(void)
 	dsock_log_setup("dsock", 2, lvl && dsock_log_level_parse(lvl) >= 0 ?
 			dsock_log_level_parse(lvl) : DSOCK_LOG_WARN);
 	dsock_env_init();
-	dsock_epoll_ghosts_on = !(ghosts && !strcmp(ghosts, "0"));
+	dsock_epoll_ghosts_on = ghosts && !strcmp(ghosts, "1");
 	program_name();
 	dsock_proc.enabled = !(off && *off && strcmp(off, "0")) && load_rules() == 0 &&
 			     dsock_rules_program_allowed(&dsock_proc.rules, dsock_proc.prog);

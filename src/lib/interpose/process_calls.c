@@ -8,6 +8,7 @@
 #include "lib/interpose/api.h"
 #include "lib/base/proc.h"
 #include "lib/core/env.h"
+#include "lib/sock/epset.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -166,6 +167,8 @@ DSOCK_API int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_a
 			  const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
 	DSOCK_ENV_FIXED(envp, env, 1, AT_FDCWD, path, 0, argv);
+	if (fa)
+		dsock_epset_spawn_actions();
 	int r = dsock_real.posix_spawn(pid, path, fa, attr, argv, env);
 	dsock_transports_exec_done(r == 0); /* the parent keeps its memfds private */
 	return r;
@@ -175,6 +178,8 @@ DSOCK_API int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_
 			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
 	DSOCK_ENV_FIXED(envp, env, 1, AT_FDCWD, file, 1, argv);
+	if (fa)
+		dsock_epset_spawn_actions();
 	int r = dsock_real.posix_spawnp(pid, file, fa, attr, argv, env);
 	dsock_transports_exec_done(r == 0);
 	return r;

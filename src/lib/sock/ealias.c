@@ -8,7 +8,10 @@
 #include "lib/sock/epset_int.h"
 #include "lib/base/grow.h"
 
+#include "lib/sock/light.h"
+
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 static pthread_mutex_t alias_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -38,11 +41,27 @@ int dsock_epset_key(int fd)
 	return key;
 }
 
+/* The lock, for a dup: one that a signal handler interrupted (a dup in
+ * the handler) is given up after a while, and the copy left unaliased. */
+static int alias_lock_dup(void)
+{
+	for (int i = 0; i < 1000; i++) {
+		if (!pthread_mutex_trylock(&alias_mu))
+			return 0;
+		sched_yield();
+	}
+	return -1;
+}
+
 void dsock_epset_dup(int oldfd, int newfd)
 {
-	if (oldfd == newfd || !dsock_is_epoll_fd(newfd))
+	/* only a set we know: one born here, with members, or aliased (no
+	 * readlink for the dups of files and pipes) */
+	if (oldfd == newfd || (!dsock_light_known(oldfd) && !dsock_epset_is_set(oldfd) &&
+			       dsock_epset_key(oldfd) == oldfd && !dsock_epset_is_key(oldfd)))
 		return;
-	pthread_mutex_lock(&alias_mu);
+	if (alias_lock_dup())
+		return;
 	int key = key_locked(oldfd);
 	if (key != newfd && !dsock_grow(&aliases, &aliases_cap, naliases, sizeof(*aliases), 8)) {
 		aliases[naliases].fd = newfd;
@@ -50,6 +69,19 @@ void dsock_epset_dup(int oldfd, int newfd)
 		atomic_store(&naliases_any, naliases);
 	}
 	pthread_mutex_unlock(&alias_mu);
+}
+
+int dsock_epset_is_key(int fd)
+{
+	int r = 0;
+
+	if (!atomic_load_explicit(&naliases_any, memory_order_relaxed))
+		return 0;
+	pthread_mutex_lock(&alias_mu);
+	for (size_t i = 0; i < naliases && !r; i++)
+		r = aliases[i].key == fd;
+	pthread_mutex_unlock(&alias_mu);
+	return r;
 }
 
 void dsock_epset_alias_forget(unsigned first, unsigned last)

@@ -36,16 +36,20 @@
  * (set, data, sequence number); the wait drops an event whose registration
  * is no ghost now but was one after its kernel call began, unless a
  * registration that holds that data now is edge-triggered or one-shot (its
- * own edge may be that event: a spurious report rather than a lost one).
- * An fd the records do not hold (an eventfd) that takes a ghost's data
- * ends the ghost first.  A wait whose room the ghosts' events took looks
- * again at once.  MOD of a ghost answers as the kernel does for a
- * registration it does not hold, arguments checked first (EFAULT, EINVAL,
- * then ENOENT).
+ * own edge may be that event: a spurious report rather than a lost one);
+ * an fd the records do not hold that takes the data clears its tombstones.
+ * A wait whose room the ghosts' events took looks again at once.  MOD of a
+ * ghost answers as the kernel does for a registration it does not hold,
+ * arguments checked first (EFAULT, EINVAL, then ENOENT).  A spawn with
+ * file actions and a set sent with SCM_RIGHTS end ghosts for good.
  *
- * Not covered: an epoll set handed to another process (SCM_RIGHTS,
- * pidfd_getfd) holds the ghosts there too; DSOCK_EPOLL_GHOSTS=0 turns
- * them off. */
+ * Off unless DSOCK_EPOLL_GHOSTS=1: an fd the records do not hold that
+ * shares its data with a registration deleted later has its edge taken
+ * for the ghost's; two registrations sharing data behind a ghost in a
+ * wait with little room are reported as one; more than TOMBS ghosts
+ * ending during one wait leave its events unjudged; a set polled as a
+ * whole by a process without dsock, or taken with pidfd_getfd, shows
+ * them.  */
 #include "lib/sock/epset.h"
 #include "lib/sock/epset_int.h"
 #include "lib/sock/light.h"
@@ -115,6 +119,13 @@ void dsock_ghost_set(struct member *m, int on)
 	atomic_fetch_add(&dsock_epoll_ghosts, on ? 1 : -1);
 }
 
+void dsock_ghost_tombs_clear(int epfd, uint64_t data)
+{
+	for (int i = 0; i < TOMBS; i++)
+		if (tombs[i].seq && tombs[i].epfd == epfd && tombs[i].data == data)
+			tombs[i].seq = 0;
+}
+
 uint64_t dsock_ghost_since(void)
 {
 	return atomic_load_explicit(&tomb_seq, memory_order_acquire);
@@ -160,6 +171,21 @@ int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since)
 		r = !(m = dsock_epset_by_data(epfd, data)) || !(m->events & (EPOLLET | EPOLLONESHOT));
 	pthread_mutex_unlock(&dsock_epset_mu);
 	return r;
+}
+
+void dsock_epset_spawn_actions(void)
+{
+	if (!dsock_epoll_ghosts_on || !dsock_light_unghost(-1))
+		return;
+	pthread_mutex_lock(&dsock_epset_mu);
+	dsock_epset_drop_ghosts(-1);
+	pthread_mutex_unlock(&dsock_epset_mu);
+}
+
+void dsock_epset_passed(int fd)
+{
+	if (dsock_epoll_ghosts_on && !dsock_fdt_peek(fd))
+		dsock_epset_no_ghosts(fd);
 }
 
 int dsock_epset_cloexec(int fd, int on, int fcntl, long arg)

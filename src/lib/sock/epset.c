@@ -93,9 +93,9 @@ int dsock_epset_ghosts_allowed(int epfd)
 void dsock_epset_no_ghosts(int epfd)
 {
 	epfd = dsock_epset_key(epfd);
-	/* a ghost made before this mark is dropped below (both under mu) */
-	dsock_light_unghost(epfd);
-	if (!atomic_load(&dsock_epoll_ghosts))
+	/* a ghost made before this mark is dropped below (both under mu);
+	 * a set that could hold none holds none */
+	if (!dsock_light_unghost(epfd) || !atomic_load(&dsock_epoll_ghosts))
 		return;
 	pthread_mutex_lock(&dsock_epset_mu);
 	dsock_epset_drop_ghosts(epfd);
@@ -199,7 +199,10 @@ void dsock_epset_drop_ghosts(int epfd)
 	}
 }
 
-int dsock_is_epoll_fd(int fd)
+/* 1 if the non-socket fd is an epoll set (a member of another one, or
+ * polled: hidden data inside it counts as its readiness).  A readlink per
+ * registration of a non-socket fd, never on a data path. */
+static int dsock_is_epoll_fd(int fd)
 {
 	char path[48], link[32];
 	long n;
@@ -279,9 +282,11 @@ int dsock_epoll_ctl(int app_epfd, int op, int fd, struct epoll_event *ev)
 	if (op == EPOLL_CTL_ADD && !s && dsock_epoll_ghosts_on)
 		dsock_epset_no_ghosts(fd); /* (if a set) one inside another */
 	/* an fd we do not track takes a ghost's data too */
-	if (ev && op != EPOLL_CTL_DEL && !s && atomic_load(&dsock_epoll_ghosts)) {
+	if (ev && op != EPOLL_CTL_DEL && !s && (atomic_load(&dsock_epoll_ghosts) || dsock_ghost_since())) {
 		pthread_mutex_lock(&dsock_epset_mu);
 		dsock_ghosts_drop_data(epfd, ev->data.u64, NULL);
+		/* its events are its own, not a ghost's that ended meanwhile */
+		dsock_ghost_tombs_clear(epfd, ev->data.u64);
 		pthread_mutex_unlock(&dsock_epset_mu);
 	}
 	/* only sockets a transport may own, and epoll sets (nesting) */

@@ -58,6 +58,8 @@ int dsock_epset_confirm(int epfd);
 int dsock_epset_key(int fd);
 /* newfd is a dup of oldfd: if an epoll set, an alias of oldfd's key. */
 void dsock_epset_dup(int oldfd, int newfd);
+/* 1 if fd is the key of aliases */
+int dsock_epset_is_key(int fd);
 void dsock_epset_alias_fork_child(void);
 /* 1 if fd is an epoll set with members dsock knows of. */
 int dsock_epset_is_set(int fd);
@@ -72,7 +74,8 @@ void dsock_epset_fork_child(void);
  * when the tombstones stood at since, is a ghost's (taken out of the
  * kernel's set now) or was one meanwhile: not reported. */
 extern _Atomic long dsock_epoll_ghosts;
-/* Ghosts are made unless DSOCK_EPOLL_GHOSTS=0. */
+/* Ghosts are made only with DSOCK_EPOLL_GHOSTS=1 (an experiment: see
+ * eghost.c for the differences from the kernel that keep it off). */
 extern int dsock_epoll_ghosts_on;
 int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since);
 /* Where the ghosts' tombstones stand: read before a wait's kernel call,
@@ -83,6 +86,11 @@ uint64_t dsock_ghost_since(void);
  * loses it loses its ghosts first (a program run by exec could reach
  * them); one that gains it may hold them. */
 int dsock_epset_cloexec(int fd, int on, int fcntl, long arg);
+/* A spawn with file actions, whose dup2 may hand any set to the program:
+ * every set holds no ghosts from now on.  An fd passed with SCM_RIGHTS:
+ * if a set, it holds none from now on. */
+void dsock_epset_spawn_actions(void);
+void dsock_epset_passed(int fd);
 /* Set epfd is polled as a whole (poll, select, another set): its ghosts
  * leave the kernel's set now, and it holds none from now on (the kernel's
  * readiness of the set would count them). */

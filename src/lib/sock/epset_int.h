@@ -55,10 +55,6 @@ struct member *dsock_epset_data_chain(int epfd, uint64_t data);
  * member (next[ALL]). */
 struct member *dsock_epset_sock_chain(const struct dsock_sock *s);
 struct member *dsock_epset_all_members(void);
-/* 1 if the non-socket fd is an epoll set (a member of another one, or
- * polled: hidden data inside it counts as its readiness).  A readlink,
- * never on a data path. */
-int dsock_is_epoll_fd(int fd);
 /* (mu held) The records of set `from` are set `to`'s from now on (ealias.c:
  * its key closed, an alias stays).  (mu not held) The aliases among fds
  * first..last are forgotten, and a key among them hands its records to an
@@ -81,6 +77,9 @@ int dsock_ghost_may(const struct member *m);
 int dsock_ghost_same(const struct member *m, const struct epoll_event *ev, unsigned kernel_events);
 void dsock_ghost_set(struct member *m, int on);
 int dsock_ghosts_drop_data(int epfd, uint64_t data, const struct member *keep);
+/* The tombstones of (epfd, data) are gone: a registration the records do
+ * not hold has that data now (mu held). */
+void dsock_ghost_tombs_clear(int epfd, uint64_t data);
 /* 1 while set epfd may hold ghosts (mu held) */
 int dsock_epset_ghosts_allowed(int epfd);
 

@@ -2,6 +2,7 @@
 #include "lib/sock/sock.h"
 #include "lib/sock/solo.h"
 #include "lib/sock/ready.h"
+#include "lib/sock/epset.h"
 #include "lib/base/real.h"
 #include "lib/transport/transport.h"
 
@@ -225,6 +226,7 @@ static void hand_over_rights(const struct msghdr *m)
 			int pfd;
 			memcpy(&pfd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
 			struct dsock_sock *s = owned(pfd);
+			dsock_epset_passed(pfd); /* (if an epoll set) */
 			if (s) {
 				if (s->owner->handover)
 					s->owner->handover(s, pfd);

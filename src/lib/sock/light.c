@@ -48,6 +48,23 @@ void dsock_light_born(int epfd, int cloexec)
 	pthread_mutex_unlock(&light_mu);
 }
 
+int dsock_light_any(void)
+{
+	return atomic_load_explicit(&nsets_any, memory_order_relaxed) > 0;
+}
+
+int dsock_light_known(int fd)
+{
+	int r;
+
+	if (!atomic_load_explicit(&nsets_any, memory_order_relaxed))
+		return 0;
+	pthread_mutex_lock(&light_mu);
+	r = find_locked(fd) < nsets;
+	pthread_mutex_unlock(&light_mu);
+	return r;
+}
+
 void dsock_light_rekey(int from, int to)
 {
 	pthread_mutex_lock(&light_mu);
@@ -105,9 +122,10 @@ int dsock_light_unghost(int epfd)
 
 void dsock_light_cloexec(int epfd, int on)
 {
-	if (!atomic_load_explicit(&nsets_any, memory_order_relaxed))
+	/* (fcntl is async-signal-safe: a handler that interrupted the lock's
+	 * holder leaves the set as it was, which is never less safe) */
+	if (!atomic_load_explicit(&nsets_any, memory_order_relaxed) || pthread_mutex_trylock(&light_mu))
 		return;
-	pthread_mutex_lock(&light_mu);
 	size_t i = find_locked(epfd);
 	if (i < nsets)
 		sets[i].cloexec = on;

@@ -42,6 +42,10 @@ int dsock_light_ghostable(int epfd);
 int dsock_light_unghost(int epfd);
 /* fcntl(F_SETFD) or ioctl(FIOCLEX/FIONCLEX) set epfd's close-on-exec. */
 void dsock_light_cloexec(int epfd, int on);
+/* 1 if epoll_create made any set in this image that is still open. */
+int dsock_light_any(void);
+/* 1 if epoll_create made fd in this image (a set we know). */
+int dsock_light_known(int fd);
 /* Set from is known as set to from now on (ealias.c). */
 void dsock_light_rekey(int from, int to);
 /* fds first..last are closed: sets among them are forgotten. */

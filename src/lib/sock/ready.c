@@ -284,10 +284,10 @@ void dsock_sleep_begin(void)
 	dsock_transports_before_sleep();
 }
 
-static int kernel_look(int epfd, struct epoll_event *ev, int max, long long now)
+static int kernel_look(int epfd, int kfd, struct epoll_event *ev, int max, long long now)
 {
 	ghost_since = dsock_ghost_since();
-	int n = dsock_real.epoll_wait(epfd, ev, max, 0), poked;
+	int n = dsock_real.epoll_wait(kfd, ev, max, 0), poked;
 	/* (a poke's hidden data is what our caller adds anyway) */
 	if (n > 0 && atomic_load_explicit(&dsock_pokes, memory_order_relaxed))
 		n = dsock_poke_take(epfd, ev, n, &poked);
@@ -305,31 +305,36 @@ static int kernel_look(int epfd, struct epoll_event *ev, int max, long long now)
  * events took room, the kernel is asked again at once (each such ghost
  * left its set), as its one call would have filled it: events that the
  * first call gave already are left out. */
-static int filter_full(int epfd, struct epoll_event *ev, int n, int max)
+static int filter_full(int epfd, int kfd, struct epoll_event *ev, int n, int max)
 {
 	int full = n == max;
 
 	ghost_dropped = 0;
 	n = filter_spurious(epfd, ev, n);
-	for (int round = 0; round < 4 && full && ghost_dropped && n < max; round++) {
+	/* (each round takes at least one ghost out of the kernel's set) */
+	while (full && ghost_dropped && n < max) {
 		int poked, got;
 		ghost_dropped = 0;
 		ghost_since = dsock_ghost_since();
-		got = dsock_real.epoll_wait(epfd, ev + n, max - n, 0);
+		got = dsock_real.epoll_wait(kfd, ev + n, max - n, 0);
 		if (got <= 0)
 			break;
 		full = got == max - n;
 		if (atomic_load_explicit(&dsock_pokes, memory_order_relaxed))
 			got = dsock_poke_take(epfd, ev + n, got, &poked);
 		got = filter_spurious(epfd, ev + n, got);
+		/* a registration reported already: its events join that report
+		 * (an edge taken now is reported, not lost) */
 		for (int i = n; i < n + got;) {
-			int seen = 0;
-			for (int j = 0; j < n && !seen; j++)
-				seen = ev[j].data.u64 == ev[i].data.u64;
-			if (seen)
+			int j = 0;
+			while (j < n && ev[j].data.u64 != ev[i].data.u64)
+				j++;
+			if (j < n) {
+				ev[j].events |= ev[i].events;
 				ev[i] = ev[n + --got];
-			else
+			} else {
 				i++;
+			}
 		}
 		n += got;
 	}
@@ -344,7 +349,7 @@ static int filter_full(int epfd, struct epoll_event *ev, int n, int max)
  * member's edge is used up by the look.  now: the time when the caller
  * spins (0: it does not know it); poller 0: the caller is about to sleep
  * (no transport may count on it to look again). */
-static int epoll_now(int epfd, struct epoll_event *ev, int max, int kernel_anyway, long long now, int poller)
+static int epoll_now(int epfd, int kfd, struct epoll_event *ev, int max, int kernel_anyway, long long now, int poller)
 {
 	struct epoll_event hid[64];
 	int n, extra = 0, wants_kernel = 0;
@@ -363,11 +368,11 @@ static int epoll_now(int epfd, struct epoll_event *ev, int max, int kernel_anywa
 		memcpy(ev, hid, (size_t)extra * sizeof(*ev));
 		return extra;
 	}
-	n = kernel_look(epfd, ev, max, now);
+	n = kernel_look(epfd, kfd, ev, max, now);
 	if (n < 0)
 		return -errno;
 	if (needs_filter())
-		n = filter_full(epfd, ev, n, max);
+		n = filter_full(epfd, kfd, ev, n, max);
 	for (int i = 0; i < extra; i++) {
 		int j;
 		for (j = 0; j < n && ev[j].data.u64 != hid[i].data.u64; j++)
@@ -383,15 +388,16 @@ static int epoll_now(int epfd, struct epoll_event *ev, int max, int kernel_anywa
 int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		      const struct timespec *t, const sigset_t *m, int kind)
 {
-	int n;
+	/* a dup of the set: the records know it by its key (ealias.c); the
+	 * kernel is asked by the application's number (the key may be closed
+	 * meanwhile, its records handed to another number) */
+	int n, kfd = epfd;
 
-	/* a dup of the set: its records' number (ealias.c), for the kernel
-	 * too (the number stays open while it names the records) */
 	epfd = dsock_epset_key(epfd);
 	int blocking = kind == DSOCK_EPW_PWAIT2 ? !t || t->tv_sec || t->tv_nsec : timeout_ms != 0;
 
 	if (max > 0 && atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0 &&
-	    ((n = epoll_now(epfd, ev, max, !blocking, 0, 1)) != 0 || !blocking))
+	    ((n = epoll_now(epfd, kfd, ev, max, !blocking, 0, 1)) != 0 || !blocking))
 		return n;
 	/* With fast-path connections, poll the kernel's readiness (and the
 	 * buffers of lingering receivers) for a moment before sleeping: a token
@@ -421,7 +427,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			int kernel = tn >= kernel_at;
 			if (kernel)
 				kernel_at = tn + look_every;
-			if ((n = epoll_now(epfd, ev, max, kernel, tn, 1)) != 0) {
+			if ((n = epoll_now(epfd, kfd, ev, max, kernel, tn, 1)) != 0) {
 				if (spins)
 					dsock_spin_outcome(1);
 				return n;
@@ -444,7 +450,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		 * once more */
 		dsock_sleep_begin();
 		dsock_light_enter_counted(epfd, &light);
-		if ((n = epoll_now(epfd, ev, max, 0, 0, 0)) != 0 || (n = dsock_epset_parked_ready(epfd, ev, max)) != 0) {
+		if ((n = epoll_now(epfd, kfd, ev, max, 0, 0, 0)) != 0 || (n = dsock_epset_parked_ready(epfd, ev, max)) != 0) {
 			dsock_light_leave(&light);
 			atomic_fetch_sub(&dsock_sleepers, 1);
 			return n;
@@ -463,22 +469,22 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		ghost_since = dsock_ghost_since();
 		if (sliced) {
 			struct timespec sl = { 0, PARK_SLICE_NS };
-			n = dsock_real.epoll_pwait2(epfd, ev, max, &sl, kind == DSOCK_EPW_WAIT ? NULL : m);
+			n = dsock_real.epoll_pwait2(kfd, ev, max, &sl, kind == DSOCK_EPW_WAIT ? NULL : m);
 			if (n == 0 && (n = dsock_epset_parked_ready(epfd, ev, max)) == 0)
 				goto again; /* (what is left of the timeout) */
 		} else if (kind == DSOCK_EPW_PWAIT2) {
-			n = dsock_real.epoll_pwait2(epfd, ev, max, t, m);
+			n = dsock_real.epoll_pwait2(kfd, ev, max, t, m);
 		} else if (kind == DSOCK_EPW_PWAIT) {
-			n = dsock_real.epoll_pwait(epfd, ev, max, timeout_ms, m);
+			n = dsock_real.epoll_pwait(kfd, ev, max, timeout_ms, m);
 		} else {
-			n = dsock_real.epoll_wait(epfd, ev, max, timeout_ms);
+			n = dsock_real.epoll_wait(kfd, ev, max, timeout_ms);
 		}
 		if (n > 0 && atomic_load_explicit(&dsock_pokes, memory_order_relaxed)) {
 			/* poked: what it stands for is hidden data */
 			int poked;
 			n = dsock_poke_take(epfd, ev, n, &poked);
 			if (poked && n == 0) {
-				if ((n = epoll_now(epfd, ev, max, 0, 0, 0)) != 0 || !blocking)
+				if ((n = epoll_now(epfd, kfd, ev, max, 0, 0, 0)) != 0 || !blocking)
 					break;
 				goto again;
 			}
@@ -486,7 +492,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		if (n <= 0 || !needs_filter())
 			break;
 		/* a token that outlived its data must not be reported */
-		n = filter_full(epfd, ev, n, max);
+		n = filter_full(epfd, kfd, ev, n, max);
 		if (n || !blocking)
 			break;
 	again:
