@@ -97,15 +97,10 @@ conformance_kernel() {
 }
 
 # Epoll ghosts (src/lib/sock/eghost.c), an experiment off by default, kept
-# honest on every scenario; the differences they still have are listed
-# with -k: an fd the records do not hold that shares its data with a
-# registration later deleted (its edge is taken for the ghost's), and two
-# registrations sharing data behind a ghost in a wait with little room
-# (reported as one).
+# honest on every scenario.
 conformance_ghosts() {
 	mkdir -p "$RUNDIR/ghosts"
 	DSOCK_FASTPATH=1 DSOCK_EPOLL_GHOSTS=1 "$BUILD/tests/conformance" -j 2 -r "$RUNDIR/ghosts" -m 90 \
-		-k /rv_untracked_et_shares_data_with_deleted,/rv_full_wait_two_same_data \
 		-w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
 }
 

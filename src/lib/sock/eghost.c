@@ -36,20 +36,21 @@
  * (set, data, sequence number); the wait drops an event whose registration
  * is no ghost now but was one after its kernel call began, unless a
  * registration that holds that data now is edge-triggered or one-shot (its
- * own edge may be that event: a spurious report rather than a lost one);
- * an fd the records do not hold that takes the data clears its tombstones.
+ * own edge may be that event: a spurious report rather than a lost one).
  * A wait whose room the ghosts' events took looks again at once.  MOD of a
  * ghost answers as the kernel does for a registration it does not hold,
  * arguments checked first (EFAULT, EINVAL, then ENOENT).  A spawn with
  * file actions and a set sent with SCM_RIGHTS end ghosts for good.
  *
- * Off unless DSOCK_EPOLL_GHOSTS=1: an fd the records do not hold that
- * shares its data with a registration deleted later has its edge taken
- * for the ghost's; two registrations sharing data behind a ghost in a
- * wait with little room are reported as one; more than TOMBS ghosts
- * ending during one wait leave its events unjudged; a set polled as a
- * whole by a process without dsock, or taken with pidfd_getfd, shows
- * them.  */
+ * With ghosts on, the records of a set born here hold every registration
+ * (untracked members for fds that are neither sockets of ours nor sets),
+ * so a ghost is made only if no registration shares its data, and a wait
+ * that outlived TOMBS tombstones drops exactly the events whose data no
+ * registration holds.
+ *
+ * Off unless DSOCK_EPOLL_GHOSTS=1 (the records of every registration are
+ * new); a set polled as a whole by a process without dsock, or taken with
+ * pidfd_getfd, shows them.  */
 #include "lib/sock/epset.h"
 #include "lib/sock/epset_int.h"
 #include "lib/sock/light.h"
@@ -119,27 +120,15 @@ void dsock_ghost_set(struct member *m, int on)
 	atomic_fetch_add(&dsock_epoll_ghosts, on ? 1 : -1);
 }
 
-void dsock_ghost_tombs_clear(int epfd, uint64_t data)
-{
-	for (int i = 0; i < TOMBS; i++)
-		if (tombs[i].seq && tombs[i].epfd == epfd && tombs[i].data == data)
-			tombs[i].seq = 0;
-}
-
 uint64_t dsock_ghost_since(void)
 {
 	return atomic_load_explicit(&tomb_seq, memory_order_acquire);
 }
 
-/* A ghost of (epfd, data) ended after tombstone since (mu held); an
- * overwritten stretch counts as none (the event stays: spurious at worst
- * for a registration that holds the data now, and the wait runs long). */
-static int ended_since(int epfd, uint64_t data, uint64_t since)
+/* A ghost of (epfd, data) ended after tombstone since, up to now (mu
+ * held; the stretch is not overwritten). */
+static int ended_since(int epfd, uint64_t data, uint64_t since, uint64_t now)
 {
-	uint64_t now = atomic_load_explicit(&tomb_seq, memory_order_relaxed);
-
-	if (now == since || now - since > TOMBS)
-		return 0;
 	for (uint64_t q = since + 1; q <= now; q++)
 		if (tombs[q % TOMBS].seq == q && tombs[q % TOMBS].epfd == epfd && tombs[q % TOMBS].data == data)
 			return 1;
@@ -160,15 +149,48 @@ int dsock_ghosts_drop_data(int epfd, uint64_t data, const struct member *keep)
 	return dropped;
 }
 
+/* Who holds data in set epfd now (mu held): 0 no registration, 1 level-
+ * triggered ones only, 2 one that is edge-triggered or one-shot. */
+static int holders(int epfd, uint64_t data)
+{
+	int h = 0;
+
+	for (struct member *m = dsock_epset_data_chain(epfd, data); m; m = m->next[BY_DATA])
+		if (m->epfd == epfd && m->data == data && !m->ghost)
+			h = (m->events & (EPOLLET | EPOLLONESHOT)) ? 2 : h ? h : 1;
+	return h;
+}
+
+int dsock_epset_data_holders(int epfd, uint64_t data)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&dsock_epset_mu);
+	for (struct member *m = dsock_epset_data_chain(epfd, data); m; m = m->next[BY_DATA])
+		n += m->epfd == epfd && m->data == data && !m->ghost;
+	pthread_mutex_unlock(&dsock_epset_mu);
+	return n;
+}
+
 int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since)
 {
-	struct member *m;
+	uint64_t now;
 	int r;
 
 	pthread_mutex_lock(&dsock_epset_mu);
 	r = dsock_ghosts_drop_data(epfd, data, NULL) > 0;
-	if (!r && ended_since(epfd, data, since))
-		r = !(m = dsock_epset_by_data(epfd, data)) || !(m->events & (EPOLLET | EPOLLONESHOT));
+	now = atomic_load_explicit(&tomb_seq, memory_order_relaxed);
+	if (!r && now != since) {
+		/* a set born here holds ghosts, and its records hold every
+		 * registration (the untracked fds too): an event whose data no
+		 * registration holds is a ghost's that ended; one a level-
+		 * triggered registration holds comes again at the next wait */
+		int h = holders(epfd, data);
+		if (now - since > TOMBS) /* the tombstones cannot tell */
+			r = h == 0 && dsock_light_known(epfd);
+		else
+			r = h < 2 && ended_since(epfd, data, since, now);
+	}
 	pthread_mutex_unlock(&dsock_epset_mu);
 	return r;
 }

@@ -125,6 +125,8 @@ static struct member **head_of(int k, const struct member *m)
 
 static void link_in(struct member *m, int k)
 {
+	if (k == BY_SOCK && m->untracked)
+		return;
 	struct member **h = head_of(k, m);
 	m->next[k] = *h;
 	if (*h)
@@ -135,6 +137,8 @@ static void link_in(struct member *m, int k)
 
 static void link_out(struct member *m, int k)
 {
+	if (k == BY_SOCK && m->untracked)
+		return;
 	*m->pprev[k] = m->next[k];
 	if (m->next[k])
 		m->next[k]->pprev[k] = m->pprev[k];
@@ -163,7 +167,8 @@ static void drop(struct member *m)
 	dsock_epset_in_added(m, 0);
 	for (int k = 0; k < 4; k++)
 		link_out(m, k);
-	set_count(m->epfd, -1);
+	if (!m->untracked)
+		set_count(m->epfd, -1);
 	if (m->capable)
 		dsock_light_member(m->epfd, -1, 0);
 	atomic_fetch_sub(&dsock_epset_nmembers, 1);
@@ -282,16 +287,19 @@ int dsock_epoll_ctl(int app_epfd, int op, int fd, struct epoll_event *ev)
 	if (op == EPOLL_CTL_ADD && !s && dsock_epoll_ghosts_on)
 		dsock_epset_no_ghosts(fd); /* (if a set) one inside another */
 	/* an fd we do not track takes a ghost's data too */
-	if (ev && op != EPOLL_CTL_DEL && !s && (atomic_load(&dsock_epoll_ghosts) || dsock_ghost_since())) {
+	if (ev && op != EPOLL_CTL_DEL && !s && atomic_load(&dsock_epoll_ghosts)) {
 		pthread_mutex_lock(&dsock_epset_mu);
 		dsock_ghosts_drop_data(epfd, ev->data.u64, NULL);
-		/* its events are its own, not a ghost's that ended meanwhile */
-		dsock_ghost_tombs_clear(epfd, ev->data.u64);
 		pthread_mutex_unlock(&dsock_epset_mu);
 	}
-	/* only sockets a transport may own, and epoll sets (nesting) */
-	if (op == EPOLL_CTL_ADD && !s && (!dsock_transports_any() || !dsock_is_epoll_fd(fd)))
-		return dsock_real.epoll_ctl(app_epfd, op, fd, kev) < 0 ? -errno : 0;
+	/* only sockets a transport may own, and epoll sets (nesting); with
+	 * ghosts on, every fd in a set born here (eghost.c) */
+	int untracked = 0;
+	if (op == EPOLL_CTL_ADD && !s && (!dsock_transports_any() || !dsock_is_epoll_fd(fd))) {
+		if (!dsock_epoll_ghosts_on || !dsock_light_known(epfd))
+			return dsock_real.epoll_ctl(app_epfd, op, fd, kev) < 0 ? -errno : 0;
+		untracked = 1;
+	}
 	/* the kernel's change and ours together: a parking (its own MOD) in
 	 * between would put back what the application just changed */
 	pthread_mutex_lock(&dsock_epset_mu);
@@ -326,7 +334,7 @@ int dsock_epoll_ctl(int app_epfd, int op, int fd, struct epoll_event *ev)
 	/* (MOD of an fd we do not track: a socket added while dsock did not
 	 * know it yet; anything else stays untracked, as at its ADD) */
 	int joins = !m && ev && (op == EPOLL_CTL_ADD || (op == EPOLL_CTL_MOD && s));
-	if (joins && (cap = capable(s)))
+	if (joins && !untracked && (cap = capable(s)))
 		dsock_light_member(epfd, 1, dsock_epset_nested(epfd)); /* before the kernel has it */
 	if (!skip && dsock_real.epoll_ctl(app_epfd, kop, fd, kev) < 0) {
 		r = -errno;
@@ -362,11 +370,12 @@ int dsock_epoll_ctl(int app_epfd, int op, int fd, struct epoll_event *ev)
 		if (!m)
 			goto out;
 		*m = (struct member){ .epfd = epfd, .fd = fd, .events = ev->events, .data = ev->data.u64, .sock = s,
-				      .capable = cap };
+				      .capable = cap, .untracked = untracked };
 		dsock_epset_in_added(m, kernel_events != ev->events);
 		for (int k = 0; k < 4; k++)
 			link_in(m, k);
-		set_count(epfd, 1);
+		if (!untracked)
+			set_count(epfd, 1);
 		atomic_fetch_add(&dsock_epset_nmembers, 1);
 		if (s && s->tp && s->tp->waits)
 			watch(m);
@@ -483,7 +492,7 @@ int dsock_epset_lookup(int epfd, uint64_t data, struct dsock_epmember *out)
 	if ((m = dsock_epset_by_data(epfd, data)))
 		*out = (struct dsock_epmember){ .fd = m->fd, .events = m->events, .in_added = m->in_added,
 						.parked = m->parked, .watched = m->watched,
-						.disarmed = m->disarmed, .set = !m->sock };
+						.disarmed = m->disarmed, .set = !m->sock && !m->untracked };
 	pthread_mutex_unlock(&dsock_epset_mu);
 	return out->fd;
 }

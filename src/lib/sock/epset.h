@@ -78,6 +78,9 @@ extern _Atomic long dsock_epoll_ghosts;
  * eghost.c for the differences from the kernel that keep it off). */
 extern int dsock_epoll_ghosts_on;
 int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since);
+/* How many registrations of set epfd that the records hold have this data
+ * (with ghosts on, a set born here: every registration). */
+int dsock_epset_data_holders(int epfd, uint64_t data);
 /* Where the ghosts' tombstones stand: read before a wait's kernel call,
  * for dsock_epset_ghost_event. */
 uint64_t dsock_ghost_since(void);

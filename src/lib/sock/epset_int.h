@@ -28,6 +28,12 @@ struct member {
 	int capable;                /* a transport may carry it (light.h) */
 	int ghost;                  /* deleted by the application, still in the
 				     * kernel's set (eghost.c) */
+	int untracked;              /* an fd that is neither a socket of ours nor
+				     * a set (a pipe, an eventfd, a timer),
+				     * recorded only in sets born here while ghosts
+				     * are on, so that the records hold every
+				     * registration there (eghost.c); in no
+				     * chain by socket, counted in no set */
 	/* chains: every member, by fd, by (epfd, data), by socket */
 	struct member *next[4], **pprev[4];
 };
@@ -77,9 +83,6 @@ int dsock_ghost_may(const struct member *m);
 int dsock_ghost_same(const struct member *m, const struct epoll_event *ev, unsigned kernel_events);
 void dsock_ghost_set(struct member *m, int on);
 int dsock_ghosts_drop_data(int epfd, uint64_t data, const struct member *keep);
-/* The tombstones of (epfd, data) are gone: a registration the records do
- * not hold has that data now (mu held). */
-void dsock_ghost_tombs_clear(int epfd, uint64_t data);
 /* 1 while set epfd may hold ghosts (mu held) */
 int dsock_epset_ghosts_allowed(int epfd);
 

@@ -324,12 +324,14 @@ static int filter_full(int epfd, int kfd, struct epoll_event *ev, int n, int max
 			got = dsock_poke_take(epfd, ev + n, got, &poked);
 		got = filter_spurious(epfd, ev + n, got);
 		/* a registration reported already: its events join that report
-		 * (an edge taken now is reported, not lost) */
+		 * (an edge taken now is reported, not lost); registrations that
+		 * share the data are reported once each */
 		for (int i = n; i < n + got;) {
-			int j = 0;
-			while (j < n && ev[j].data.u64 != ev[i].data.u64)
-				j++;
-			if (j < n) {
+			int j = 0, same = 0;
+			for (int k = 0; k < i; k++)
+				if (ev[k].data.u64 == ev[i].data.u64 && !same++)
+					j = k;
+			if (same && same >= dsock_epset_data_holders(epfd, ev[i].data.u64)) {
 				ev[j].events |= ev[i].events;
 				ev[i] = ev[n + --got];
 			} else {
