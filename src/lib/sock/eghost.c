@@ -187,7 +187,7 @@ int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since)
 		 * triggered registration holds comes again at the next wait */
 		int h = holders(epfd, data);
 		if (now - since > TOMBS) /* the tombstones cannot tell */
-			r = h == 0 && dsock_light_known(epfd);
+			r = h == 0 && dsock_light_ghostable(epfd);
 		else
 			r = h < 2 && ended_since(epfd, data, since, now);
 	}

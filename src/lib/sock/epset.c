@@ -428,6 +428,10 @@ void dsock_epoll_forget_range(unsigned first, unsigned last)
 		return;
 	/* a set that stays reachable by another number keeps its records */
 	dsock_epset_alias_forget(first, last);
+	/* a set born here may hold untracked members only (counted in no
+	 * set): its close forgets them too */
+	if (dsock_epoll_ghosts_on && first == last && dsock_light_known((int)first))
+		a_set = 1;
 	dsock_light_forget(first, last);
 	if (!atomic_load_explicit(&dsock_epset_nmembers, memory_order_relaxed))
 		return;
@@ -472,7 +476,8 @@ struct member *dsock_epset_by_data(int epfd, uint64_t data)
 	struct member *found = NULL;
 
 	for (struct member *m = heads[BY_DATA][h_data(epfd, data)]; m; m = m->next[BY_DATA]) {
-		if (m->epfd != epfd || m->data != data || m->ghost)
+		/* (an untracked member is neither a socket nor a set) */
+		if (m->epfd != epfd || m->data != data || m->ghost || m->untracked)
 			continue;
 		if (found)
 			return NULL;
