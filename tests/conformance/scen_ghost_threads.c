@@ -135,37 +135,48 @@ STREAM_SCEN(rv_spawn_dup2_action_passes_set)
 }
 
 /* 4. A thread waits on a dup of a set; another closes the set's first
- * number and makes a new set (which takes that number); data then comes
- * for a member of the first set: the waiter on the dup reports it.  A
- * writer parked elsewhere makes dsock's wait look again every 5 ms. */
-STREAM_SCEN(rv_alias_key_closed_while_waiting)
+ * number (and, new_set, makes a new set, which takes that number); data
+ * then comes for a member of the first set: the waiter on the dup reports
+ * it.  parked: a writer parked in another set makes dsock's wait look
+ * again every 5 ms. */
+static void key_closed_while_waiting(const struct fam *f, int parked, int new_set)
 {
-	int c, s, c2, s2, other = epoll_create1(EPOLL_CLOEXEC), a = epoll_create1(EPOLL_CLOEXEC), a2, a3;
+	int c, s, c2, s2, other = -1, a = epoll_create1(EPOLL_CLOEXEC), a2, a3 = -1;
 	struct waiter w = { .ms = 1500 };
 	pthread_t t;
 	char b[8];
 
-	fam_pair(f, &c, &s);
 	fam_pair(f, &c2, &s2);
-	R("fill the first connection", fill_full(c) > 0);
-	R("ADD the full writer to another set, OUT", ctl(other, EPOLL_CTL_ADD, c, EPOLLOUT, 0x4d0));
-	wait_print("the other set", other, 4, 0);
+	if (parked) {
+		other = epoll_create1(EPOLL_CLOEXEC);
+		fam_pair(f, &c, &s);
+		R("fill the first connection", fill_full(c) > 0);
+		R("ADD the full writer to another set, OUT", ctl(other, EPOLL_CTL_ADD, c, EPOLLOUT, 0x4d0));
+		wait_print("the other set", other, 4, 0);
+	}
 	R("dup the set", (a2 = dup(a)) >= 0);
 	R("ADD the second connection to the set", ctl(a, EPOLL_CTL_ADD, s2, EPOLLIN, 0x4d1));
 	w.ep = a2;
 	pthread_create(&t, NULL, waitfn, &w);
 	msleep(100);
 	R("close the set's first number", close(a));
-	R("a new set", (a3 = epoll_create1(EPOLL_CLOEXEC)) >= 0);
+	if (new_set)
+		R("a new set", (a3 = epoll_create1(EPOLL_CLOEXEC)) >= 0);
 	msleep(50);
 	R("send on the second connection", send(c2, "x", 1, 0));
 	pthread_join(t, NULL);
 	waiter_print("the waiter on the dup", &w);
 	R("recv", recv(s2, b, sizeof(b), 0));
 	close(a2);
-	close(a3);
-	close(other);
+	if (a3 >= 0)
+		close(a3);
+	if (other >= 0)
+		close(other);
 }
+
+STREAM_SCEN(rv_alias_key_closed_while_waiting) { key_closed_while_waiting(f, 1, 1); }
+STREAM_SCEN(rv_alias_key_closed_while_waiting_b) { key_closed_while_waiting(f, 1, 0); }
+STREAM_SCEN(rv_alias_key_closed_while_waiting_c) { key_closed_while_waiting(f, 0, 1); }
 
 /* 5. select on a set whose registration was deleted, data waiting. */
 STREAM_SCEN(rv_select_on_set_with_deleted)
@@ -235,60 +246,6 @@ STREAM_SCEN(rv_five_deleted_room_for_one)
 	out("  room for one, no timeout: epoll_wait = %d data 0x%llx", n, n > 0 ? (unsigned long long)ev.data.u64 : 0ULL);
 	for (int i = 0; i < 6; i++)
 		recv(s[i], b, sizeof(b), 0);
-}
-
-/* 4b. The same without a new set: the waiter's dsock loop asks the kernel
- * about a closed number. */
-STREAM_SCEN(rv_alias_key_closed_while_waiting_b)
-{
-	int c, s, c2, s2, other = epoll_create1(EPOLL_CLOEXEC), a = epoll_create1(EPOLL_CLOEXEC), a2;
-	struct waiter w = { .ms = 1500 };
-	pthread_t t;
-	char b[8];
-
-	fam_pair(f, &c, &s);
-	fam_pair(f, &c2, &s2);
-	R("fill the first connection", fill_full(c) > 0);
-	R("ADD the full writer to another set, OUT", ctl(other, EPOLL_CTL_ADD, c, EPOLLOUT, 0x4d0));
-	wait_print("the other set", other, 4, 0);
-	R("dup the set", (a2 = dup(a)) >= 0);
-	R("ADD the second connection to the set", ctl(a, EPOLL_CTL_ADD, s2, EPOLLIN, 0x4d1));
-	w.ep = a2;
-	pthread_create(&t, NULL, waitfn, &w);
-	msleep(100);
-	R("close the set's first number", close(a));
-	msleep(50);
-	R("send on the second connection", send(c2, "x", 1, 0));
-	pthread_join(t, NULL);
-	waiter_print("the waiter on the dup", &w);
-	R("recv", recv(s2, b, sizeof(b), 0));
-	close(a2);
-	close(other);
-}
-
-/* 4c. The same without a parked writer. */
-STREAM_SCEN(rv_alias_key_closed_while_waiting_c)
-{
-	int c2, s2, a = epoll_create1(EPOLL_CLOEXEC), a2, a3;
-	struct waiter w = { .ms = 1500 };
-	pthread_t t;
-	char b[8];
-
-	fam_pair(f, &c2, &s2);
-	R("dup the set", (a2 = dup(a)) >= 0);
-	R("ADD the second connection to the set", ctl(a, EPOLL_CTL_ADD, s2, EPOLLIN, 0x4d1));
-	w.ep = a2;
-	pthread_create(&t, NULL, waitfn, &w);
-	msleep(100);
-	R("close the set's first number", close(a));
-	R("a new set", (a3 = epoll_create1(EPOLL_CLOEXEC)) >= 0);
-	msleep(50);
-	R("send on the second connection", send(c2, "x", 1, 0));
-	pthread_join(t, NULL);
-	waiter_print("the waiter on the dup", &w);
-	R("recv", recv(s2, b, sizeof(b), 0));
-	close(a2);
-	close(a3);
 }
 
 /* 8. The set passed to this same process over SCM_RIGHTS: the received

@@ -53,35 +53,35 @@ static int alias_lock_dup(void)
 	return -1;
 }
 
+/* 1 if fd is the key of aliases (alias_mu held) */
+static int is_key_locked(int fd)
+{
+	for (size_t i = 0; i < naliases; i++)
+		if (aliases[i].key == fd)
+			return 1;
+	return 0;
+}
+
 void dsock_epset_dup(int oldfd, int newfd)
 {
 	/* only a set we know: one born here, with members, or aliased (no
 	 * readlink for the dups of files and pipes) */
-	if (oldfd == newfd || (!dsock_light_known(oldfd) && !dsock_epset_is_set(oldfd) &&
-			       dsock_epset_key(oldfd) == oldfd && !dsock_epset_is_key(oldfd)))
-		return;
-	if (alias_lock_dup())
+	int known = dsock_light_known(oldfd) || dsock_epset_is_set(oldfd);
+
+	if (oldfd == newfd || (!known && !atomic_load_explicit(&naliases_any, memory_order_relaxed)) ||
+	    alias_lock_dup())
 		return;
 	int key = key_locked(oldfd);
+	if (!known && key == oldfd && !is_key_locked(oldfd)) {
+		pthread_mutex_unlock(&alias_mu);
+		return;
+	}
 	if (key != newfd && !dsock_grow(&aliases, &aliases_cap, naliases, sizeof(*aliases), 8)) {
 		aliases[naliases].fd = newfd;
 		aliases[naliases++].key = key;
 		atomic_store(&naliases_any, naliases);
 	}
 	pthread_mutex_unlock(&alias_mu);
-}
-
-int dsock_epset_is_key(int fd)
-{
-	int r = 0;
-
-	if (!atomic_load_explicit(&naliases_any, memory_order_relaxed))
-		return 0;
-	pthread_mutex_lock(&alias_mu);
-	for (size_t i = 0; i < naliases && !r; i++)
-		r = aliases[i].key == fd;
-	pthread_mutex_unlock(&alias_mu);
-	return r;
 }
 
 void dsock_epset_alias_forget(unsigned first, unsigned last)

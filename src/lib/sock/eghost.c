@@ -149,25 +149,27 @@ int dsock_ghosts_drop_data(int epfd, uint64_t data, const struct member *keep)
 	return dropped;
 }
 
-/* Who holds data in set epfd now (mu held): 0 no registration, 1 level-
- * triggered ones only, 2 one that is edge-triggered or one-shot. */
-static int holders(int epfd, uint64_t data)
+/* How many registrations hold data in set epfd now, ghosts aside (mu
+ * held); *edge: one of them is edge-triggered or one-shot. */
+static int holders(int epfd, uint64_t data, int *edge)
 {
-	int h = 0;
+	int n = 0;
 
+	*edge = 0;
 	for (struct member *m = dsock_epset_data_chain(epfd, data); m; m = m->next[BY_DATA])
-		if (m->epfd == epfd && m->data == data && !m->ghost)
-			h = (m->events & (EPOLLET | EPOLLONESHOT)) ? 2 : h ? h : 1;
-	return h;
+		if (m->epfd == epfd && m->data == data && !m->ghost) {
+			n++;
+			*edge |= (m->events & (EPOLLET | EPOLLONESHOT)) != 0;
+		}
+	return n;
 }
 
 int dsock_epset_data_holders(int epfd, uint64_t data)
 {
-	int n = 0;
+	int n, edge;
 
 	pthread_mutex_lock(&dsock_epset_mu);
-	for (struct member *m = dsock_epset_data_chain(epfd, data); m; m = m->next[BY_DATA])
-		n += m->epfd == epfd && m->data == data && !m->ghost;
+	n = holders(epfd, data, &edge);
 	pthread_mutex_unlock(&dsock_epset_mu);
 	return n;
 }
@@ -185,11 +187,11 @@ int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since)
 		 * registration (the untracked fds too): an event whose data no
 		 * registration holds is a ghost's that ended; one a level-
 		 * triggered registration holds comes again at the next wait */
-		int h = holders(epfd, data);
+		int edge, n = holders(epfd, data, &edge);
 		if (now - since > TOMBS) /* the tombstones cannot tell */
-			r = h == 0 && dsock_light_ghostable(epfd);
+			r = n == 0 && dsock_light_ghostable(epfd);
 		else
-			r = h < 2 && ended_since(epfd, data, since, now);
+			r = !edge && ended_since(epfd, data, since, now);
 	}
 	pthread_mutex_unlock(&dsock_epset_mu);
 	return r;

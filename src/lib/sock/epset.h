@@ -58,8 +58,6 @@ int dsock_epset_confirm(int epfd);
 int dsock_epset_key(int fd);
 /* newfd is a dup of oldfd: if an epoll set, an alias of oldfd's key. */
 void dsock_epset_dup(int oldfd, int newfd);
-/* 1 if fd is the key of aliases */
-int dsock_epset_is_key(int fd);
 void dsock_epset_alias_fork_child(void);
 /* 1 if fd is an epoll set with members dsock knows of. */
 int dsock_epset_is_set(int fd);
