@@ -21,6 +21,13 @@
  *                            pairs of processes (for an fd limit below N),
  *                            their timed runs started together: the sums,
  *                            and the longest set-up
+ *   conns burst N SECS       N connections between two processes, both
+ *                            waiting with epoll: the child sends 14 B on
+ *                            each of the N, then waits for the N echoes,
+ *                            for SECS seconds.  Prints "bursts_per_sec
+ *                            messages_per_sec" (with DSOCK_SPIN_US=0 both
+ *                            sides sleep at each burst: how a sleeper is
+ *                            woken, once per burst or once per message)
  *   conns one N SECS         N connections within one process, every
  *                            accepted end in one epoll set; then, for SECS
  *                            seconds, a byte sent on a random connection,
@@ -249,10 +256,116 @@ static int one_ready(int n, double secs)
 
 static int ready_w = -1, go_r = -1; /* several pairs: their timed runs start together */
 
+/* The echo side of scale and burst: accepts n connections on l, echoes
+ * with epoll until the child writes its figures to sync_r, then prints
+ * them (with both processes' memory, when mem) and ends the child. */
+static int echo_serve(int l, int n, int sync_r, pid_t child, int mem)
+{
+	struct epoll_event evs[256];
+	struct epoll_event pev = { .events = EPOLLIN, .data.fd = sync_r };
+	int ep = epoll_create1(0);
+	char b[64];
+
+	for (int i = 0; i < n; i++) {
+		int a = accept(l, NULL, NULL), one = 1;
+		struct epoll_event ev = { .events = EPOLLIN };
+		if (a < 0)
+			die("accept");
+		setsockopt(a, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		ev.data.fd = a;
+		if (epoll_ctl(ep, EPOLL_CTL_ADD, a, &ev) < 0)
+			die("epoll_ctl");
+	}
+	epoll_ctl(ep, EPOLL_CTL_ADD, sync_r, &pev);
+	for (;;) {
+		int k = epoll_wait(ep, evs, 256, -1);
+		for (int i = 0; i < k; i++) {
+			int fd = evs[i].data.fd;
+			if (fd == sync_r) {
+				char out[128] = "";
+				long rss, shm, crss, cshm;
+				double r, setup;
+				ssize_t m = read(sync_r, out, sizeof(out) - 1);
+				out[m > 0 ? m : 0] = 0;
+				kill(child, SIGKILL);
+				waitpid(child, NULL, 0);
+				if (!mem) {
+					fputs(out, stdout);
+					return m > 0 ? 0 : 1;
+				}
+				if (sscanf(out, "%lf %ld %ld %lf", &r, &crss, &cshm, &setup) != 4) {
+					fprintf(stderr, "child failed\n");
+					return 1;
+				}
+				mem_of(getpid(), &rss, &shm);
+				printf("%.0f %ld %ld %.3f\n", r, rss + crss, shm + cshm, setup);
+				return 0;
+			}
+			ssize_t m = recv(fd, b, sizeof(b), 0);
+			if (m > 0 && send(fd, b, (size_t)m, 0) != m)
+				die("echo");
+			if (m == 0)
+				epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+		}
+	}
+}
+
+static int burst(int n, double secs)
+{
+	struct sockaddr_in sa;
+	int l, sync[2];
+	pid_t child;
+	char b[64];
+
+	raise_fd_limit((long)n + 256);
+	l = any_listener(&sa, 4096);
+	if (pipe(sync) < 0)
+		die("pipe");
+	if ((child = fork()) < 0)
+		die("fork");
+	if (child == 0) {
+		int *fds = calloc((size_t)n, sizeof(int)), ep = epoll_create1(0);
+		struct epoll_event evs[256];
+		long bursts = 0;
+		double t0, t;
+		close(l);
+		for (int i = 0; i < n; i++)
+			fds[i] = connect_nr(&sa, i);
+		for (int i = 0; i < n; i++) {
+			struct epoll_event ev = { .events = EPOLLIN, .data.u32 = (uint32_t)i };
+			for (int w = 0; w < WARM; w++)
+				if (send(fds[i], "ping-ping-ping", 14, 0) != 14 || recv(fds[i], b, 14, MSG_WAITALL) != 14)
+					die("warm-up");
+			if (epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev) < 0)
+				die("epoll_ctl");
+		}
+		t0 = now_s();
+		do {
+			for (int i = 0; i < n; i++)
+				if (send(fds[i], "ping-ping-ping", 14, 0) != 14)
+					die("send");
+			for (int left = n; left > 0;) {
+				int k = epoll_wait(ep, evs, 256, 5000);
+				if (k <= 0)
+					die("a burst's echoes did not come");
+				for (int i = 0; i < k; i++, left--)
+					if (recv(fds[evs[i].data.u32], b, 14, MSG_WAITALL) != 14)
+						die("echo");
+			}
+			bursts++;
+		} while ((t = now_s()) - t0 < secs);
+		dprintf(sync[1], "%.0f %.0f\n", bursts / (t - t0), bursts * (double)n / (t - t0));
+		pause();
+		_exit(0);
+	}
+	close(sync[1]);
+	return echo_serve(l, n, sync[0], child, 0);
+}
+
 static int scale(int n, double secs)
 {
 	struct sockaddr_in sa;
-	int l, sync[2], ep;
+	int l, sync[2];
 	pid_t child;
 	char b[64];
 
@@ -295,48 +408,7 @@ static int scale(int n, double secs)
 		_exit(0);
 	}
 	close(sync[1]);
-	ep = epoll_create1(0);
-	for (int i = 0; i < n; i++) {
-		int a = accept(l, NULL, NULL), one = 1;
-		struct epoll_event ev = { .events = EPOLLIN };
-		if (a < 0)
-			die("accept");
-		setsockopt(a, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		ev.data.fd = a;
-		if (epoll_ctl(ep, EPOLL_CTL_ADD, a, &ev) < 0)
-			die("epoll_ctl");
-	}
-	/* echo until the child reports */
-	struct epoll_event evs[256];
-	struct epoll_event pev = { .events = EPOLLIN, .data.fd = sync[0] };
-	epoll_ctl(ep, EPOLL_CTL_ADD, sync[0], &pev);
-	for (;;) {
-		int k = epoll_wait(ep, evs, 256, -1);
-		for (int i = 0; i < k; i++) {
-			int fd = evs[i].data.fd;
-			if (fd == sync[0]) {
-				char out[128] = "";
-				long rss, shm, crss, cshm;
-				double r, setup;
-				ssize_t m = read(sync[0], out, sizeof(out) - 1);
-				out[m > 0 ? m : 0] = 0;
-				if (sscanf(out, "%lf %ld %ld %lf", &r, &crss, &cshm, &setup) != 4) {
-					fprintf(stderr, "child failed\n");
-					return 1;
-				}
-				mem_of(getpid(), &rss, &shm);
-				printf("%.0f %ld %ld %.3f\n", r, rss + crss, shm + cshm, setup);
-				kill(child, SIGKILL);
-				waitpid(child, NULL, 0);
-				return 0;
-			}
-			ssize_t m = recv(fd, b, sizeof(b), 0);
-			if (m > 0 && send(fd, b, (size_t)m, 0) != m)
-				die("echo");
-			if (m == 0)
-				epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
-		}
-	}
+	return echo_serve(l, n, sync[0], child, 1);
 }
 
 /* N connections over `pairs` pairs of processes (a process's fd limit
@@ -405,6 +477,9 @@ int main(int argc, char **argv)
 		return scale_pairs(atoi(argv[2]), atof(argv[3]), argc == 5 ? atoi(argv[4]) : 1);
 	if (argc == 4 && !strcmp(argv[1], "one"))
 		return one_ready(atoi(argv[2]), atof(argv[3]));
-	fprintf(stderr, "usage: conns rate SECS | conns req SECS | conns scale N SECS [PAIRS] | conns one N SECS\n");
+	if (argc == 4 && !strcmp(argv[1], "burst"))
+		return burst(atoi(argv[2]), atof(argv[3]));
+	fprintf(stderr, "usage: conns rate SECS | conns req SECS | conns scale N SECS [PAIRS] | conns one N SECS | "
+			"conns burst N SECS\n");
 	return 2;
 }

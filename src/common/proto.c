@@ -81,8 +81,9 @@ static int check_payload(const struct dsock_msg_hdr *h, size_t plen)
 		return plen == sizeof(struct dsock_msg_peer_req) ? 0 : -EBADMSG;
 	case DSOCK_MSG_RESULT: {
 		const struct dsock_msg_result *m = p;
-		int linked = m->result == DSOCK_RES_PAIRED || m->result == DSOCK_RES_LINK || m->result == DSOCK_RES_POOL;
-		if (plen != sizeof(*m) || m->result < DSOCK_RES_PAIRED || m->result > DSOCK_RES_POOL ||
+		int linked = m->result == DSOCK_RES_PAIRED || m->result == DSOCK_RES_LINK || m->result == DSOCK_RES_POOL ||
+			     m->result == DSOCK_RES_BELL;
+		if (plen != sizeof(*m) || m->result < DSOCK_RES_PAIRED || m->result > DSOCK_RES_BELL ||
 		    m->side > 1 || (m->result != DSOCK_RES_PEER && m->reason >= DSOCK_R_MAX) ||
 		    (m->result == DSOCK_RES_PEER && m->reason > 4095) || m->transport > DSOCK_PATH_MAX ||
 		    (m->result != DSOCK_RES_PEER && m->transport <= DSOCK_PATH_KERNEL) || m->link_side > 1 ||

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #define DSOCK_PROTO_MAGIC   0x4b435344u /* "DSCK" little-endian */
-#define DSOCK_PROTO_VERSION 10 /* 2: the event ring holds 1,024 slots; 3: the
+#define DSOCK_PROTO_VERSION 11 /* 2: the event ring holds 1,024 slots; 3: the
 			      * connection memory is layout version 5 (the
 			      * daemon writes it: a change there is a change
 			      * here); 4: layout version 6; 5: the reason
@@ -20,7 +20,9 @@
 			      * replaces MEMFD_REQ; 8: links (RESULT of kind
 			      * LINK), layout version 8; 9: pools (RESULT
 			      * of kind POOL), layout version 9; 10: HELLO
-			      * flag POOLS, POOL without a memfd */
+			      * flag POOLS, POOL without a memfd; 11:
+			      * bells (RESULT of kind BELL), link layout
+			      * version 2 */
 #define DSOCK_MSG_MAX       4096
 
 enum dsock_msg_type {
@@ -97,6 +99,7 @@ enum dsock_result {
 	DSOCK_RES_PEER = 5,
 	DSOCK_RES_LINK = 6,
 	DSOCK_RES_POOL = 7,
+	DSOCK_RES_BELL = 8,
 };
 
 /* FETCH: a transport's endpoints may close the resource the pairing gave
@@ -140,12 +143,17 @@ struct dsock_msg_peer_req {
  * a link, sent to each of its two processes before the first PAIRED
  * result that names it; the link's end ends the pool's use for new
  * connections (the receiver unmaps it once none of its connections uses
- * it). */
+ * it).  RESULT of kind BELL: an eventfd (nonblocking) that wakes a
+ * process's sleeping pollers, one per process: with link 0 the
+ * receiver's own (sent once, before its first LINK), else the bell of the
+ * other process of that link (sent right after the LINK), which the
+ * receiver rings when it announces to that process while one of its
+ * pollers sleeps (shm_layout.h). */
 struct dsock_msg_result {
 	uint64_t sock_id;
 	uint16_t transport; /* enum dsock_path: the transport of the offer
 			     * or fetch (PEER: 0) */
-	uint16_t link_side; /* PAIRED, LINK: our side of the link */
+	uint16_t link_side; /* PAIRED, LINK, BELL: our side of the link */
 	uint32_t result;    /* enum dsock_result */
 	uint32_t side;      /* PAIRED: 0 or 1, which half of the memfd is ours */
 	uint32_t reason;    /* KERNEL: enum dsock_reason; PEER without a

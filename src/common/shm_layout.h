@@ -15,6 +15,7 @@
 #ifndef DSOCK_SHM_LAYOUT_H
 #define DSOCK_SHM_LAYOUT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define DSOCK_SHM_MAGIC    0x52485344u /* "DSHR" */
@@ -157,7 +158,10 @@ _Static_assert(sizeof(struct dsock_shm_hdr) <= DSOCK_SHM_HDR, "header fits its p
  *
  * Either process can write all of it: the consumer checks that
  * 0 <= tail - head <= DSOCK_LINK_SLOTS and that an entry names a slot it
- * gave out; an entry that lies costs a look at one of its own rings. */
+ * gave out; an entry that lies costs a look at one of its own rings.
+ * A peer that writes bell or rung decides only whether it rings our bell
+ * (a spurious wake-up of ours at worst: we take entries whenever we
+ * wake); ours is armed again each time a poller of ours sleeps. */
 /* A pool: connection memory for the connections between the two
  * processes of a link, so that a new connection between them costs no
  * memfd, no mmap and no descriptor passing, and a process with 100,000
@@ -171,7 +175,7 @@ _Static_assert(sizeof(struct dsock_shm_hdr) <= DSOCK_SHM_HDR, "header fits its p
 #define DSOCK_POOL_SLOTS_MAX 1024u
 
 #define DSOCK_LINK_MAGIC   0x4b4c5344u /* "DSLK" */
-#define DSOCK_LINK_VERSION 1
+#define DSOCK_LINK_VERSION 2
 #define DSOCK_LINK_SLOTS   1024u
 #define DSOCK_LINK_BYTES   (DSOCK_SHM_HDR + 2 * DSOCK_LINK_SLOTS * 4u)
 
@@ -184,7 +188,13 @@ struct dsock_link_queue {
 			       * consumer looks at this queue before any of
 			       * its threads sleeps, until this
 			       * CLOCK_MONOTONIC ns (0: no lease) */
-	uint8_t pad2[DSOCK_CL - 8];
+	uint32_t bell;        /* 1: the consumer's pollers sleep on its bell
+			       * (RESULT of kind BELL): an entry pushed then
+			       * rings it, unless rung is set already */
+	uint8_t pad2[DSOCK_CL - 12];
+	uint32_t rung;        /* set by the producer that rings, cleared by
+			       * a poller of the consumer before it sleeps */
+	uint8_t pad3[DSOCK_CL - 4];
 } __attribute__((aligned(DSOCK_CL)));
 
 struct dsock_link_hdr {
@@ -196,6 +206,7 @@ struct dsock_link_hdr {
 };
 
 _Static_assert(sizeof(struct dsock_link_hdr) <= DSOCK_SHM_HDR, "link header fits its page");
+_Static_assert(offsetof(struct dsock_link_hdr, q[1].tail) == 64 + 256, "tests/faults/test_faults.py 8 writes there");
 _Static_assert(DSOCK_LINK_SLOTS * 4u == DSOCK_SHM_HDR, "a queue's entries fill a page");
 
 #endif

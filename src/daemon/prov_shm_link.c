@@ -5,7 +5,13 @@
  * other is told; it unmaps the link and its pools once its connections
  * let go).  The link's pools hold its connections' memory.
  * Hashed by the two processes, so a pairing finds its link in the same
- * time with one peer process or thousands. */
+ * time with one peer process or thousands.
+ *
+ * Bells: each process with a link has one eventfd, made here, that its
+ * link peers ring when they announce to it while a poller of it sleeps
+ * (shm_layout.h).  It is sent to the process itself before its first
+ * LINK and to each link peer right after that link's LINK; the daemon
+ * keeps it until the process leaves and never rings it. */
 #include "daemon/prov_shm.h"
 #include "daemon/pairing.h"
 #include "daemon/registry.h"
@@ -16,6 +22,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 struct link {
@@ -31,6 +38,55 @@ struct link {
 
 static struct link *links;
 static struct dsock_hmap by_procs;
+static struct dsock_hmap bells; /* process -> its bell's fd, bit 32: sent to it */
+
+#define BELL_SENT (1ull << 32)
+
+/* p's bell (made if need be), or -1; *sent: p has it already. */
+static int bell_of(const struct dd_proc *p, int *sent)
+{
+	uint64_t v, key = (uint64_t)(uintptr_t)p;
+	int fd;
+
+	if (dsock_hmap_get(&bells, key, &v)) {
+		*sent = (v & BELL_SENT) != 0;
+		return (int)(uint32_t)v;
+	}
+	*sent = 0;
+	if ((fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+		return -1;
+	if (dsock_hmap_put(&bells, key, (uint32_t)fd)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Before end i's first LINK: its own bell, once. */
+static void send_own_bell(const struct dd_reply_to *to)
+{
+	int sent, fd = bell_of(to->proc, &sent);
+
+	if (fd < 0 || sent)
+		return;
+	struct dsock_msg_result m = { .transport = DSOCK_PATH_SHM, .result = DSOCK_RES_BELL };
+	if (dd_send_result(to, &m, fd) == 0)
+		dsock_hmap_put(&bells, (uint64_t)(uintptr_t)to->proc, (uint32_t)fd | BELL_SENT);
+}
+
+/* After end i's LINK: the bell of the link's other process (side). */
+static void send_peer_bell(const struct link *l, const struct dd_reply_to *to, int side)
+{
+	int sent, fd;
+
+	if (l->proc[0] == l->proc[1]) /* (connected to itself: its own) */
+		return;
+	if ((fd = bell_of(l->proc[1 - side], &sent)) < 0)
+		return;
+	struct dsock_msg_result m = { .transport = DSOCK_PATH_SHM, .result = DSOCK_RES_BELL, .link = l->id,
+				      .link_side = (uint16_t)side };
+	dd_send_result(to, &m, fd);
+}
 static uint32_t next_id;
 static unsigned long n_links;
 
@@ -113,9 +169,11 @@ int dd_shm_link_take(const struct dd_reply_to *to[2], struct dsock_msg_result r[
 		if (!l->sent[ls[i]]) {
 			struct dsock_msg_result m = { .transport = r[i].transport, .result = DSOCK_RES_LINK,
 						      .link = l->id, .link_side = (uint16_t)ls[i] };
+			send_own_bell(to[i]);
 			if (dd_send_result(to[i], &m, l->fd))
 				return -EIO;
 			l->sent[ls[i]] = 1;
+			send_peer_bell(l, to[i], ls[i]);
 		}
 	}
 	if ((e = dd_shm_pool_take(&l->pools, &l->live, l->id, ls, to, ring_size, x, r)))
@@ -158,8 +216,14 @@ static void retire_inherited(const struct dd_proc *p)
 /* A process left: its links go, and the other process of each is told. */
 void dd_shm_link_forget(const struct dd_proc *p)
 {
+	uint64_t v;
+
 	if (p->flags & DSOCK_HELLO_POOLS)
 		retire_inherited(p);
+	if (dsock_hmap_get(&bells, (uint64_t)(uintptr_t)p, &v)) {
+		close((int)(uint32_t)v);
+		dsock_hmap_del(&bells, (uint64_t)(uintptr_t)p);
+	}
 	for (struct link *l = links, *next; l; l = next) {
 		next = l->next;
 		if (l->proc[0] != p && l->proc[1] != p)

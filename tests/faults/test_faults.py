@@ -219,13 +219,20 @@ rounds(600)
 print("warm", flush=True)
 sys.stdin.readline()
 maps = [l.split()[0].split("-")[0] for l in open("/proc/self/maps") if "dsock-link" in l]
-with open("/proc/self/mem", "r+b", buffering=0) as mem:
+mem = open("/proc/self/mem", "r+b", buffering=0)
+def scribble():
     for a in maps:
-        for tail in (64, 256):
+        for tail in (64, 64 + 256):  # (each queue: tail, head, lease, rung lines)
             mem.seek(int(a, 16) + tail); mem.write((0x7FFFFFFF00000000).to_bytes(8, "little"))
+scribble()
 print("scribbled", len(maps), flush=True)
 try:
-    t0 = time.time(); rounds(3000); print("pingpong ok %.2f" % (time.time() - t0), flush=True)
+    # (again every 10 round trips for a while: an honest push writes the
+    # tail anew, and a server asleep takes the queue only when woken)
+    t0 = time.time()
+    for k in range(50):
+        rounds(10); scribble()
+    rounds(2500); print("pingpong ok %.2f" % (time.time() - t0), flush=True)
 except Exception as e:
     print("pingpong failed", repr(e), flush=True)
 sys.stdin.readline()

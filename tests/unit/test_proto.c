@@ -94,7 +94,9 @@ static void transport_ids(void)
 	r.result = DSOCK_RES_PAIRED;
 	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), 0);
 	r.pool = r.pool_page = 0;
-	r.result = DSOCK_RES_POOL + 1;
+	r.result = DSOCK_RES_BELL; /* a link's peer's bell */
+	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), 0);
+	r.result = DSOCK_RES_BELL + 1;
 	ASSERT_EQ(dsock_msg_check(m.b, with(DSOCK_MSG_RESULT, &r, sizeof(r))), -EBADMSG);
 }
 

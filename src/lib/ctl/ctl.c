@@ -399,9 +399,13 @@ static void deliver_locked(const char *b, ssize_t n, int got)
 		return;
 	}
 	/* PAIRED comes with its resource unless that is part of a pool the
-	 * process holds; LINK and POOL with one (given) or none (gone) */
+	 * process holds; LINK and POOL with one (given) or none (gone), BELL
+	 * with one */
 	int want = r.result == DSOCK_RES_PAIRED && !r.pool;
-	if (r.result != DSOCK_RES_LINK && r.result != DSOCK_RES_POOL && want != (got >= 0)) {
+	if (r.result == DSOCK_RES_BELL && got < 0)
+		return;
+	if (r.result != DSOCK_RES_LINK && r.result != DSOCK_RES_POOL && r.result != DSOCK_RES_BELL &&
+	    want != (got >= 0)) {
 		if (got >= 0)
 			dsock_real.close(got);
 		r.result = DSOCK_RES_KERNEL;

@@ -9,6 +9,7 @@
 #include "lib/base/proc.h"
 #include "lib/core/env.h"
 #include "lib/sock/epset.h"
+#include "lib/sock/light.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -87,6 +88,7 @@ DSOCK_API pid_t fork(void)
 
 DSOCK_API int execve(const char *path, char *const argv[], char *const envp[])
 {
+	dsock_light_exec(); /* (before the program can reach a set) */
 	DSOCK_ENV_FIXED(envp, env, 0, AT_FDCWD, path, 0, argv);
 	int r_ = (int)SYSRET(dsock_real.execve(path, argv, env));
 	dsock_transports_exec_done(0); /* still here: the exec failed */
@@ -95,6 +97,7 @@ DSOCK_API int execve(const char *path, char *const argv[], char *const envp[])
 
 DSOCK_API int execvpe(const char *file, char *const argv[], char *const envp[])
 {
+	dsock_light_exec(); /* (before the program can reach a set) */
 	DSOCK_ENV_FIXED(envp, env, 0, AT_FDCWD, file, 1, argv);
 	int r_ = (int)SYSRET(dsock_real.execvpe(file, argv, env));
 	dsock_transports_exec_done(0); /* still here: the exec failed */
@@ -113,6 +116,7 @@ DSOCK_API int execvp(const char *file, char *const argv[])
 
 DSOCK_API int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags)
 {
+	dsock_light_exec(); /* (before the program can reach a set) */
 	DSOCK_ENV_FIXED(envp, env, 0, dirfd, (flags & AT_EMPTY_PATH) && !*path ? NULL : path, 0, argv);
 	int r_ = (int)SYSRET(dsock_real.execveat(dirfd, path, argv, env, flags));
 	dsock_transports_exec_done(0); /* still here: the exec failed */
@@ -121,6 +125,7 @@ DSOCK_API int execveat(int dirfd, const char *path, char *const argv[], char *co
 
 DSOCK_API int fexecve(int fd, char *const argv[], char *const envp[])
 {
+	dsock_light_exec(); /* (before the program can reach a set) */
 	DSOCK_ENV_FIXED(envp, env, 0, fd, NULL, 0, argv);
 	int r_ = (int)SYSRET(dsock_real.fexecve(fd, argv, env));
 	dsock_transports_exec_done(0); /* still here: the exec failed */
@@ -166,6 +171,7 @@ DSOCK_API int execle(const char *path, const char *arg, ...)
 DSOCK_API int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
 			  const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
+	dsock_light_exec(); /* (before the program can reach a set) */
 	DSOCK_ENV_FIXED(envp, env, 1, AT_FDCWD, path, 0, argv);
 	if (fa)
 		dsock_epset_spawn_actions();
@@ -177,6 +183,7 @@ DSOCK_API int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_a
 DSOCK_API int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
 			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
+	dsock_light_exec(); /* (before the program can reach a set) */
 	DSOCK_ENV_FIXED(envp, env, 1, AT_FDCWD, file, 1, argv);
 	if (fa)
 		dsock_epset_spawn_actions();

@@ -66,10 +66,11 @@ void dsock_epset_dup(int oldfd, int newfd)
 {
 	/* only a set we know: one born here, with members, or aliased (no
 	 * readlink for the dups of files and pipes) */
+	if (oldfd == newfd || !dsock_setbit_maybe(oldfd))
+		return; /* (a file or a pipe: no lock taken, as in a signal handler) */
 	int known = dsock_light_known(oldfd) || dsock_epset_is_set(oldfd);
 
-	if (oldfd == newfd || (!known && !atomic_load_explicit(&naliases_any, memory_order_relaxed)) ||
-	    alias_lock_dup())
+	if ((!known && !atomic_load_explicit(&naliases_any, memory_order_relaxed)) || alias_lock_dup())
 		return;
 	int key = key_locked(oldfd);
 	if (!known && key == oldfd && !is_key_locked(oldfd)) {
@@ -77,6 +78,7 @@ void dsock_epset_dup(int oldfd, int newfd)
 		return;
 	}
 	if (key != newfd && !dsock_grow(&aliases, &aliases_cap, naliases, sizeof(*aliases), 8)) {
+		dsock_setbit_mark(newfd);
 		aliases[naliases].fd = newfd;
 		aliases[naliases++].key = key;
 		atomic_store(&naliases_any, naliases);

@@ -199,7 +199,7 @@ int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since)
 
 void dsock_epset_spawn_actions(void)
 {
-	if (!dsock_epoll_ghosts_on || !dsock_light_unghost(-1))
+	if (!dsock_sets_watched() || !dsock_light_unghost(-1) || !dsock_epoll_ghosts_on)
 		return;
 	pthread_mutex_lock(&dsock_epset_mu);
 	dsock_epset_drop_ghosts(-1);
@@ -208,7 +208,7 @@ void dsock_epset_spawn_actions(void)
 
 void dsock_epset_passed(int fd)
 {
-	if (dsock_epoll_ghosts_on && !dsock_fdt_peek(fd))
+	if (dsock_sets_watched() && !dsock_fdt_peek(fd))
 		dsock_epset_no_ghosts(fd);
 }
 
@@ -218,12 +218,12 @@ int dsock_epset_cloexec(int fd, int on, int fcntl, long arg)
 
 	/* (before the kernel's flag changes: an exec in another thread
 	 * right after must find no ghost) */
-	if (!on && dsock_epoll_ghosts_on && !dsock_fdt_peek(fd))
+	if (!on && dsock_sets_watched() && !dsock_fdt_peek(fd))
 		dsock_epset_no_ghosts(fd);
 	r = fcntl ? dsock_real.fcntl(fd, F_SETFD, arg) : dsock_real.ioctl(fd, on ? FIOCLEX : FIONCLEX);
 	if (r < 0)
 		return -errno;
-	if (on && dsock_epoll_ghosts_on && !dsock_fdt_peek(fd))
+	if (on && dsock_sets_watched() && !dsock_fdt_peek(fd))
 		dsock_light_cloexec(fd, 1);
 	return r;
 }

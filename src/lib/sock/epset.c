@@ -77,6 +77,7 @@ static void set_count(int epfd, int delta)
 			sets_lost = 1;
 			return;
 		}
+		dsock_setbit_mark(epfd);
 		sets[nsets].epfd = epfd;
 		sets[nsets++].n = 0;
 	}
@@ -92,6 +93,8 @@ int dsock_epset_ghosts_allowed(int epfd)
 
 void dsock_epset_no_ghosts(int epfd)
 {
+	if (!dsock_setbit_maybe(epfd))
+		return; /* (no set of ours: no lock taken) */
 	epfd = dsock_epset_key(epfd);
 	/* a ghost made before this mark is dropped below (both under mu);
 	 * a set that could hold none holds none */
@@ -284,7 +287,7 @@ int dsock_epoll_ctl(int app_epfd, int op, int fd, struct epoll_event *ev)
 		kv.events = kernel_events = dsock_epoll_kernel_events(fd, ev->events);
 		kev = &kv;
 	}
-	if (op == EPOLL_CTL_ADD && !s && dsock_epoll_ghosts_on)
+	if (op == EPOLL_CTL_ADD && !s && dsock_sets_watched())
 		dsock_epset_no_ghosts(fd); /* (if a set) one inside another */
 	/* an fd we do not track takes a ghost's data too */
 	if (ev && op != EPOLL_CTL_DEL && !s && atomic_load(&dsock_epoll_ghosts)) {
@@ -415,6 +418,7 @@ void dsock_epset_rekey(int from, int to)
 		if (sets[i].epfd == from)
 			sets[i].epfd = to;
 	dsock_light_rekey(from, to);
+	dsock_poke_rekey(from, to);
 }
 
 void dsock_epoll_forget_range(unsigned first, unsigned last)

@@ -75,6 +75,14 @@ extern _Atomic long dsock_epoll_ghosts;
 /* Ghosts are made only with DSOCK_EPOLL_GHOSTS=1 (an experiment: see
  * eghost.c for the differences from the kernel that keep it off). */
 extern int dsock_epoll_ghosts_on;
+/* What may reach a set is watched (dup, nesting, poll or select of the
+ * set, SCM_RIGHTS, spawn, close-on-exec: light.h) while ghosts or bells
+ * are on: both live only in sets nothing else reaches. */
+extern int dsock_bells_on;
+static inline int dsock_sets_watched(void)
+{
+	return dsock_epoll_ghosts_on || dsock_bells_on;
+}
 int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since);
 /* How many registrations of set epfd that the records hold have this data
  * (with ghosts on, a set born here: every registration). */

@@ -287,7 +287,7 @@ int dsock_sock_dup(int oldfd, int newfd, int flags, int how)
 	if ((how == DSOCK_DUP2 || how == DSOCK_DUP3) && oldfd != newfd)
 		dsock_epoll_forget_fd(newfd); /* closed by the dup, if open */
 	/* an epoll set reached by two numbers holds no ghosts (eghost.c) */
-	if (dsock_epoll_ghosts_on && !dsock_fdt_peek(oldfd))
+	if (dsock_sets_watched() && !dsock_fdt_peek(oldfd))
 		dsock_epset_no_ghosts(oldfd);
 	switch (how) {
 	case DSOCK_DUP_ANY:

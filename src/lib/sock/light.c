@@ -8,8 +8,13 @@
 #include "lib/sock/ready.h"
 #include "lib/transport/transport.h"
 
+#include <errno.h>
+
+#include "lib/base/real.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/epoll.h>
 
 static pthread_mutex_t light_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -17,10 +22,41 @@ static struct {
 	long capable; /* members a transport may carry */
 	int cloexec;  /* close-on-exec, as far as we know */
 	int shared;   /* dup'd, forked, polled as a whole or nested */
+	unsigned belled; /* the bell's generation + 1 that it holds, or 0 */
 } *sets;
 static size_t nsets, sets_cap;
 static _Atomic size_t nsets_any; /* nsets, read without the lock */
 static struct dsock_light *lights;
+
+static _Atomic uint64_t setbits[DSOCK_SETBITS / 64];
+
+void dsock_setbit_mark(int fd)
+{
+	if (fd >= 0 && fd < DSOCK_SETBITS)
+		atomic_fetch_or(&setbits[fd / 64], 1ull << (fd % 64));
+}
+
+int dsock_setbit_maybe(int fd)
+{
+	if (fd < 0)
+		return 0;
+	return fd >= DSOCK_SETBITS ||
+	       (atomic_load_explicit(&setbits[fd / 64], memory_order_relaxed) >> (fd % 64) & 1);
+}
+
+static void setbits_clear(unsigned first, unsigned last)
+{
+	if (last >= DSOCK_SETBITS)
+		last = DSOCK_SETBITS - 1;
+	for (unsigned fd = first; fd <= last; fd++) {
+		if (fd % 64 == 0 && fd + 63 <= last) {
+			atomic_store(&setbits[fd / 64], 0);
+			fd += 63;
+			continue;
+		}
+		atomic_fetch_and(&setbits[fd / 64], ~(1ull << (fd % 64)));
+	}
+}
 
 static size_t find_locked(int epfd)
 {
@@ -33,6 +69,7 @@ static size_t find_locked(int epfd)
 
 void dsock_light_born(int epfd, int cloexec)
 {
+	dsock_setbit_mark(epfd);
 	pthread_mutex_lock(&light_mu);
 	size_t i = find_locked(epfd);
 	/* (out of memory: the set is unknown, and its sleepers count) */
@@ -43,6 +80,7 @@ void dsock_light_born(int epfd, int cloexec)
 		sets[i].capable = 0;
 		sets[i].cloexec = cloexec;
 		sets[i].shared = 0;
+		sets[i].belled = 0;
 		atomic_store(&nsets_any, nsets);
 	}
 	pthread_mutex_unlock(&light_mu);
@@ -67,6 +105,7 @@ int dsock_light_known(int fd)
 
 void dsock_light_rekey(int from, int to)
 {
+	dsock_setbit_mark(to);
 	pthread_mutex_lock(&light_mu);
 	for (size_t i = 0; i < nsets; i++)
 		if (sets[i].epfd == from)
@@ -79,14 +118,19 @@ void dsock_light_rekey(int from, int to)
 
 void dsock_light_forget(unsigned first, unsigned last)
 {
+	if (first < DSOCK_SETBITS)
+		setbits_clear(first, last);
 	if (!atomic_load_explicit(&nsets_any, memory_order_relaxed))
 		return;
 	pthread_mutex_lock(&light_mu);
 	for (size_t i = 0; i < nsets;)
-		if ((unsigned)sets[i].epfd >= first && (unsigned)sets[i].epfd <= last)
+		if ((unsigned)sets[i].epfd >= first && (unsigned)sets[i].epfd <= last) {
+			if (sets[i].belled)
+				atomic_fetch_sub(&dsock_belled_sets, 1);
 			sets[i] = sets[--nsets];
-		else
+		} else {
 			i++;
+		}
 	atomic_store(&nsets_any, nsets);
 	pthread_mutex_unlock(&light_mu);
 }
@@ -104,6 +148,21 @@ int dsock_light_ghostable(int epfd)
 	return r;
 }
 
+/* Set i's bell leaves it (light_mu held): another process, or a poller
+ * that does not filter it, could take the edge its sleepers wait for. */
+static void unbell_locked(size_t i)
+{
+	unsigned gen;
+	int bell = dsock_transports_bell(&gen);
+
+	if (!sets[i].belled)
+		return;
+	if (bell >= 0 && sets[i].belled == gen + 1)
+		dsock_real.epoll_ctl(sets[i].epfd, EPOLL_CTL_DEL, bell, NULL);
+	sets[i].belled = 0;
+	atomic_fetch_sub(&dsock_belled_sets, 1);
+}
+
 int dsock_light_unghost(int epfd)
 {
 	int was = 0;
@@ -115,9 +174,68 @@ int dsock_light_unghost(int epfd)
 		if (epfd < 0 || sets[i].epfd == epfd) {
 			was |= sets[i].cloexec && !sets[i].shared;
 			sets[i].shared = 1;
+			unbell_locked(i);
 		}
 	pthread_mutex_unlock(&light_mu);
 	return was;
+}
+
+/* ---- bells ---------------------------------------------------------------- */
+int dsock_bells_on = 1;
+_Atomic int dsock_belled_sets;
+
+int dsock_light_bell(int epfd)
+{
+	unsigned gen;
+	int r = 0, bell;
+
+	if (!dsock_bells_on || !atomic_load_explicit(&nsets_any, memory_order_relaxed) ||
+	    (bell = dsock_transports_bell(&gen)) < 0)
+		return 0;
+	pthread_mutex_lock(&light_mu);
+	size_t i = find_locked(epfd);
+	if (i < nsets && !sets[i].shared) {
+		if (sets[i].belled != gen + 1) {
+			/* (a stale registration of an earlier bell file stays:
+			 * its events are ours too, and dropped) */
+			struct epoll_event e = { .events = EPOLLIN | EPOLLET, .data.u64 = DSOCK_BELL_DATA };
+			if (sets[i].belled)
+				atomic_fetch_sub(&dsock_belled_sets, 1);
+			sets[i].belled = 0;
+			if (dsock_real.epoll_ctl(epfd, EPOLL_CTL_ADD, bell, &e) == 0 || errno == EEXIST) {
+				sets[i].belled = gen + 1;
+				atomic_fetch_add(&dsock_belled_sets, 1);
+			}
+		}
+		r = sets[i].belled != 0;
+	}
+	pthread_mutex_unlock(&light_mu);
+	return r;
+}
+
+void dsock_light_exec(void)
+{
+	if (!atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&light_mu);
+	for (size_t i = 0; i < nsets; i++)
+		if (sets[i].belled && !sets[i].cloexec) {
+			sets[i].shared = 1;
+			unbell_locked(i);
+		}
+	pthread_mutex_unlock(&light_mu);
+}
+
+int dsock_bell_take(struct epoll_event *ev, int n, int *rang)
+{
+	int k = 0;
+
+	for (int i = 0; i < n; i++)
+		if (ev[i].data.u64 == DSOCK_BELL_DATA)
+			*rang = 1;
+		else
+			ev[k++] = ev[i];
+	return k;
 }
 
 void dsock_light_cloexec(int epfd, int on)
@@ -152,7 +270,7 @@ void dsock_light_member(int epfd, int delta, int nested)
 	/* as a sleeper does on its way in: the leases end, the queues are
 	 * taken (dsock_sleep_begin) */
 	if (n)
-		dsock_transports_before_sleep();
+		dsock_transports_before_sleep(0);
 }
 
 static void enter_locked(int epfd, struct dsock_light *me, int light)
@@ -213,7 +331,8 @@ void dsock_light_leave(struct dsock_light *me)
 
 void dsock_light_fork_child(void)
 {
-	/* the sets and their members are the child's too */
+	/* the sets and their members are the child's too (shared, so
+	 * without bells: the fork's prepare took them out) */
 	pthread_mutex_init(&light_mu, NULL);
 	lights = NULL;
 }

@@ -29,6 +29,15 @@ struct dsock_light {
 	struct dsock_light *next, **pprev;
 };
 
+/* A hint kept without a lock, per fd number below DSOCK_SETBITS: the
+ * number may name an epoll set of ours (born here, holding member
+ * records, or an alias of one: ealias.c).  Marked before the records
+ * know the number, cleared when it closes; a number at or above the
+ * bound always answers 1.  The paths a signal handler may run (a dup of
+ * a pipe, for one) look here before they take any lock. */
+#define DSOCK_SETBITS 65536
+void dsock_setbit_mark(int fd);
+int dsock_setbit_maybe(int fd);
 /* epoll_create made epfd, empty; cloexec: with EPOLL_CLOEXEC. */
 void dsock_light_born(int epfd, int cloexec);
 /* Ghosts (eghost.c) may stay in set epfd: dsock saw its creation in this
@@ -68,5 +77,29 @@ int dsock_light_sleeping(int epfd, int nested);
 void dsock_light_leave(struct dsock_light *me);
 /* A fork child: no thread but the forking one, and it is not asleep. */
 void dsock_light_fork_child(void);
+
+/* Bells (docs/ARCHITECTURE.md, "Bells"): a poller about to sleep on a
+ * set that holds the transports' bell sleeps with bell 1 (ready.h): its
+ * producers ring the bell, once per burst, instead of sending a token
+ * per message.  The bell is registered edge-triggered with
+ * DSOCK_BELL_DATA, and only in a set that nothing else waits on: born
+ * here after the last fork, never dup'd, nested, polled or selected as a
+ * whole or sent away (as for ghosts; another waiter could take the edge
+ * a sleeper waits for, or see our data), and taken out again before an
+ * exec or spawn that the set survives (not close-on-exec).
+ * dsock_bells_on: DSOCK_BELLS (default 1). */
+#include <stdint.h>
+#include <sys/epoll.h>
+#define DSOCK_BELL_DATA 0xd50cbe11a6c3f70dULL
+extern int dsock_bells_on;
+/* Sets that hold the bell now: waits filter its events while > 0. */
+extern _Atomic int dsock_belled_sets;
+/* 1 if set epfd holds the bell (registered now if need be). */
+int dsock_light_bell(int epfd);
+/* An exec or spawn: sets that it leaves open lose the bell for good. */
+void dsock_light_exec(void);
+/* The n events of a look, the bell's taken out (*rang set if there was
+ * one): the count left. */
+int dsock_bell_take(struct epoll_event *ev, int n, int *rang);
 
 #endif

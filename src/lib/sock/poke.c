@@ -70,6 +70,15 @@ int dsock_poke_take(int epfd, struct epoll_event *ev, int n, int *poked)
 	return k;
 }
 
+void dsock_poke_rekey(int from, int to)
+{
+	pthread_mutex_lock(&poke_mu);
+	for (size_t i = 0; i < npokes; i++)
+		if (pokes[i].epfd == from)
+			pokes[i].epfd = to;
+	pthread_mutex_unlock(&poke_mu);
+}
+
 void dsock_poke_fork_child(void)
 {
 	pthread_mutex_init(&poke_mu, NULL);

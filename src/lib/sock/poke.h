@@ -22,6 +22,8 @@ void dsock_poke(int epfd);
 /* The events of a look at epfd, the pokes taken out (and epfd's pokes
  * removed): the count left.  *poked: one was there. */
 int dsock_poke_take(int epfd, struct epoll_event *ev, int n, int *poked);
+/* Set from is known as set to from now on (ealias.c). */
+void dsock_poke_rekey(int from, int to);
 /* A fork child: the list stays (the sets are shared), its lock anew. */
 void dsock_poke_fork_child(void);
 

@@ -99,7 +99,7 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 
 	int waits = atomic_load_explicit(&dsock_waits_socks, memory_order_relaxed) > 0;
 	/* an epoll set polled as a whole holds no ghosts (epset.h) */
-	if (dsock_epoll_ghosts_on && dsock_light_any())
+	if (dsock_sets_watched() && dsock_light_any())
 		for (nfds_t i = 0; i < n; i++)
 			if (fds[i].fd >= 0 && !dsock_fdt_peek(fds[i].fd))
 				dsock_epset_no_ghosts(fds[i].fd);
@@ -208,7 +208,7 @@ int dsock_ready_select(int n, fd_set *rd, fd_set *w, fd_set *e, const struct tim
 	int np = 0, r, count = 0;
 
 	/* an epoll set selected as a whole holds no ghosts (epset.h) */
-	if (dsock_epoll_ghosts_on && dsock_light_any() && n > 0 && n <= FD_SETSIZE)
+	if (dsock_sets_watched() && dsock_light_any() && n > 0 && n <= FD_SETSIZE)
 		for (int fd = 0; fd < n; fd++)
 			if (((rd && FD_ISSET(fd, rd)) || (w && FD_ISSET(fd, w)) || (e && FD_ISSET(fd, e))) &&
 			    !dsock_fdt_peek(fd))

@@ -19,6 +19,7 @@
 _Atomic long dsock_hidden_readable;
 _Atomic long dsock_fastpath_conns;
 _Atomic int dsock_sleepers;
+_Atomic int dsock_bell_sleepers;
 __thread unsigned dsock_sleep_gen;
 
 /* How long a poller or a receiver polls before it sleeps (DSOCK_SPIN_US). */
@@ -281,16 +282,54 @@ void dsock_sleep_begin(void)
 {
 	atomic_fetch_add(&dsock_sleepers, 1);
 	dsock_renew_at = 0;
-	dsock_transports_before_sleep();
+	dsock_transports_before_sleep(0);
+}
+
+/* As dsock_sleep_begin, for a poller whose set holds the bell. */
+static void bell_sleep_begin(void)
+{
+	atomic_fetch_add(&dsock_bell_sleepers, 1);
+	dsock_renew_at = 0;
+	dsock_transports_before_sleep(1);
+}
+
+/* A poller that counted itself (bell: as a bell sleeper) is up.  The
+ * last bell sleeper up ends the bells: what is announced from then on
+ * waits for a look (collect), or a token wakes its sleeper. */
+static void sleep_end(int bell)
+{
+	if (!bell)
+		atomic_fetch_sub(&dsock_sleepers, 1);
+	else if (atomic_fetch_sub(&dsock_bell_sleepers, 1) == 1)
+		dsock_transports_bells_off();
+}
+
+/* A sleeper woken by the bell reports all it may (max events) while
+ * other threads sleep with the bell: hidden data may be left that one
+ * ring stood for, and the kernel wakes another waiter when its ready
+ * list is not empty after a wait; the bell rings again for them. */
+static void bell_pass_on(int n, int max)
+{
+	unsigned gen;
+	uint64_t one = 1;
+	int fd;
+
+	if ((n < max && n < 64) || atomic_load(&dsock_bell_sleepers) < 2 || (fd = dsock_transports_bell(&gen)) < 0)
+		return; /* (64: what one look at hidden data reports at most) */
+	if (dsock_real.write(fd, &one, sizeof(one)) < 0)
+		return;
 }
 
 static int kernel_look(int epfd, int kfd, struct epoll_event *ev, int max, long long now)
 {
 	ghost_since = dsock_ghost_since();
 	int n = dsock_real.epoll_wait(kfd, ev, max, 0), poked;
-	/* (a poke's hidden data is what our caller adds anyway) */
+	/* (a poke's hidden data is what our caller adds anyway; a ring's
+	 * entries are taken at this look or the next, before any sleep) */
 	if (n > 0 && atomic_load_explicit(&dsock_pokes, memory_order_relaxed))
 		n = dsock_poke_take(epfd, ev, n, &poked);
+	if (n > 0 && atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed))
+		n = dsock_bell_take(ev, n, &poked);
 	looked_epfd = epfd;
 	looked_ns = now;
 	if (n > 0)
@@ -322,6 +361,8 @@ static int filter_full(int epfd, int kfd, struct epoll_event *ev, int n, int max
 		full = got == max - n;
 		if (atomic_load_explicit(&dsock_pokes, memory_order_relaxed))
 			got = dsock_poke_take(epfd, ev + n, got, &poked);
+		if (atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed))
+			got = dsock_bell_take(ev + n, got, &poked);
 		got = filter_spurious(epfd, ev + n, got);
 		/* a registration reported already: its events join that report
 		 * (an edge taken now is reported, not lost); registrations that
@@ -447,14 +488,20 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		if (spins)
 			dsock_spin_outcome(0);
 	}
+	/* a sleep on a set that holds the bell: producers ring it once per
+	 * burst instead of a token per message (light.h) */
+	int bell = heavy && dsock_light_bell(epfd);
 	if (heavy) {
-		/* about to sleep: end the leases, register (poke.h), then look
-		 * once more */
-		dsock_sleep_begin();
+		/* about to sleep: end the leases (or arm the bell), register
+		 * (poke.h), then look once more */
+		if (bell)
+			bell_sleep_begin();
+		else
+			dsock_sleep_begin();
 		dsock_light_enter_counted(epfd, &light);
 		if ((n = epoll_now(epfd, kfd, ev, max, 0, 0, 0)) != 0 || (n = dsock_epset_parked_ready(epfd, ev, max)) != 0) {
 			dsock_light_leave(&light);
-			atomic_fetch_sub(&dsock_sleepers, 1);
+			sleep_end(bell);
 			return n;
 		}
 	}
@@ -481,7 +528,12 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		} else {
 			n = dsock_real.epoll_wait(kfd, ev, max, timeout_ms);
 		}
-		if (n > 0 && atomic_load_explicit(&dsock_pokes, memory_order_relaxed)) {
+		if (n <= 0)
+			break; /* (the timeout, or an error) */
+		/* (the records' key may have closed meanwhile, handing them to
+		 * another number of the set: ealias.c) */
+		epfd = dsock_epset_key(kfd);
+		if (atomic_load_explicit(&dsock_pokes, memory_order_relaxed)) {
 			/* poked: what it stands for is hidden data */
 			int poked;
 			n = dsock_poke_take(epfd, ev, n, &poked);
@@ -491,11 +543,31 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 				goto again;
 			}
 		}
-		if (n <= 0 || !needs_filter())
-			break;
+		int rang = 0;
+		if (n > 0 && atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed))
+			n = dsock_bell_take(ev, n, &rang);
 		/* a token that outlived its data must not be reported */
-		n = filter_full(epfd, kfd, ev, n, max);
-		if (n || !blocking)
+		if (n > 0 && needs_filter())
+			n = filter_full(epfd, kfd, ev, n, max);
+		if (rang && n > 0 && bell)
+			bell_pass_on(max, max); /* (its announcements wait for our next look) */
+		if (rang && n == 0) {
+			/* rung: what producers announced is in the queues;
+			 * with nothing else to report, armed again (taking
+			 * them) and a look, as before the first sleep.  Other
+			 * events: the next look takes them.  (Never back to
+			 * sleep without: a ring left unanswered stays rung,
+			 * and nothing rings it again.) */
+			if (bell)
+				dsock_transports_before_sleep(1);
+			if ((n = epoll_now(epfd, kfd, ev, max, 0, 0, 0)) != 0 || !blocking) {
+				if (bell)
+					bell_pass_on(n, max);
+				break;
+			}
+			goto again;
+		}
+		if (n != 0 || !blocking)
 			break;
 	again:
 		/* all spurious: wait again for what is left of the timeout (a
@@ -514,8 +586,12 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	if (heavy || is_light)
 		dsock_light_leave(&light);
 	if (heavy) {
-		atomic_fetch_sub(&dsock_sleepers, 1);
-		dsock_wait_end(wait_start);
+		sleep_end(bell);
+		/* (a sleep the bell ends costs its producer no more than a
+		 * kernel send: no reason to go back, "Going back when the
+		 * consumer sleeps") */
+		if (!bell)
+			dsock_wait_end(wait_start);
 	}
 	return n < 0 ? -e : n;
 }

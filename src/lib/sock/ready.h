@@ -18,6 +18,7 @@
 #include "lib/base/clock.h"
 
 #include <poll.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
@@ -27,8 +28,18 @@ extern _Atomic long dsock_hidden_readable;
 extern _Atomic long dsock_fastpath_conns;
 
 /* Threads of this process asleep (or about to sleep) in the kernel while
- * waiting on sockets: while > 0 no receiver keeps a lingering lease. */
+ * waiting on sockets: while > 0 no receiver keeps a lingering lease and
+ * no transport keeps a lease or a bell (before_sleep). */
 extern _Atomic int dsock_sleepers;
+/* Threads asleep (or about to sleep) in epoll_wait on a set that holds
+ * the transports' bells (light.h): counted here, not in dsock_sleepers;
+ * while > 0 no receiver lingers and no transport keeps a lease, but the
+ * transports' bells stand (before_sleep with bell 1). */
+extern _Atomic int dsock_bell_sleepers;
+static inline int dsock_anyone_sleeps(void)
+{
+	return atomic_load(&dsock_sleepers) > 0 || atomic_load(&dsock_bell_sleepers) > 0;
+}
 
 /* This thread's sleeps: bumped when one of our waits in the kernel (a
  * poller's, a receiver's) took DSOCK_SLEPT_NS or more, so it slept and was

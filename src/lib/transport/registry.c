@@ -98,8 +98,8 @@ int dsock_transports_any(void)
 			if (transports[i]->hook)                 \
 				transports[i]->hook();           \
 	}
-EACH(before_sleep)
 EACH(adopt)
+EACH(bells_off)
 EACH(fork_prepare)
 EACH(fork_child)
 EACH(exit)
@@ -109,6 +109,21 @@ void dsock_transports_exec_done(int started)
 	for (int i = 0; i < ntransports; i++)
 		if (transports[i]->exec_done)
 			transports[i]->exec_done(started);
+}
+
+void dsock_transports_before_sleep(int bell)
+{
+	for (int i = 0; i < ntransports; i++)
+		if (transports[i]->before_sleep)
+			transports[i]->before_sleep(bell);
+}
+
+int dsock_transports_bell(unsigned *gen)
+{
+	for (int i = 0; i < ntransports; i++)
+		if (transports[i]->bell)
+			return transports[i]->bell(gen);
+	return -1;
 }
 
 void dsock_transports_collect(int64_t now)

@@ -99,9 +99,23 @@ struct dsock_transport {
 	short (*poll)(struct dsock_sock *s, int fd, short events);
 
 	/* Process-wide: a thread of ours is about to sleep in the kernel
-	 * waiting on sockets (counted in dsock_sleepers): from now on every
-	 * arrival must show in the kernel's readiness. */
-	void (*before_sleep)(void);
+	 * waiting on sockets.  bell 0 (counted in dsock_sleepers): from now on
+	 * every arrival must show in the kernel's readiness.  bell 1 (counted
+	 * in dsock_bell_sleepers; the set it sleeps on holds this transport's
+	 * bell, below): an arrival may ring the bell instead, once per burst,
+	 * while no thread sleeps counted in dsock_sleepers.  Either way what
+	 * producers announced before is taken (as collect does) first. */
+	void (*before_sleep)(int bell);
+	/* Process-wide: the fd that this transport's producers make readable
+	 * when they announce to a poller asleep with bell 1, or -1; *gen
+	 * changes whenever the fd number names another file.  The socket
+	 * layer registers it, edge-triggered, with DSOCK_BELL_DATA, in the
+	 * sets its pollers sleep on (light.h) and hides its events. */
+	int (*bell)(unsigned *gen);
+	/* Process-wide: the last thread asleep with bell 1 is up (and does
+	 * not count on the bell any more): the bell ends, arrivals wake as
+	 * they did before any such sleep. */
+	void (*bells_off)(void);
 	/* Process-wide: an epoll_wait of ours looks for events now: take what
 	 * producers announced in shared memory, marking those sockets hidden
 	 * readable (dsock_hidden_set), so that the look finds them without
@@ -155,7 +169,10 @@ int dsock_transport_offer(struct dsock_sock *s, int fd, int role, unsigned *reas
 /* 1 if any registered transport takes offers (the fast path is on). */
 int dsock_transports_any(void);
 /* Each calls the hook of the same name of every registered transport. */
-void dsock_transports_before_sleep(void);
+void dsock_transports_before_sleep(int bell);
+void dsock_transports_bells_off(void);
+/* The one bell of the transports (at most one has one), or -1. */
+int dsock_transports_bell(unsigned *gen);
 void dsock_transports_collect(int64_t now);
 void dsock_transports_adopt(void);
 void dsock_transports_fork_prepare(void);

@@ -266,6 +266,10 @@ void shm_on_result(const struct dsock_msg_result *r, int memfd)
 		shm_pool_result(r, memfd);
 		return;
 	}
+	if (r->result == DSOCK_RES_BELL) {
+		shm_link_bell_result(r, memfd);
+		return;
+	}
 	uint64_t v = 0;
 	pthread_mutex_lock(&pending_mu);
 	/* (ids 0 and ~0 are no socket's, and no key of the table) */

@@ -203,7 +203,7 @@ int shm_rx_leave(struct shm_conn *c, int fd)
 			pthread_mutex_unlock(&linger_mu);
 		}
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		if (c->lingering && atomic_load(&dsock_sleepers) == 0)
+		if (c->lingering && !dsock_anyone_sleeps())
 			return 0;
 	}
 	return shm_rx_settle(c, fd);

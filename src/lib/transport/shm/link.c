@@ -8,7 +8,7 @@
  * poller of this process looks at the queue before any thread of it
  * sleeps.  So a lease is published only by an epoll_wait of ours that
  * looks without sleeping (the transport's collect op with a time), kept
- * only while dsock_sleepers is 0 (checked after publishing it: Dekker with
+ * only while no thread of ours sleeps (checked after publishing it: Dekker with
  * the sleeper's count-then-end), and every sleeper ends them all and
  * takes what the queues hold first (shm_link_end_leases).  The producer
  * pushes its entry, then (a full fence) looks at the lease; the consumer
@@ -17,7 +17,10 @@
  *
  * A connection uses its link only while this process alone holds it: a
  * fork or an exec (another holder may sleep on it where we cannot see)
- * takes every connection off its link first (shm_link_unjoin_all). */
+ * takes every connection off its link first (shm_link_unjoin_all).
+ * A poller that sleeps may leave a bell standing instead of a lease
+ * (bell.c). */
+#include "lib/transport/shm/link_int.h"
 #include "lib/transport/shm/ring.h"
 #include "lib/base/grow.h"
 #include "lib/base/real.h"
@@ -29,43 +32,23 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-struct shm_link {
-	uint32_t id;
-	unsigned gen;  /* dsock_ctl_gen() of the daemon connection it came on */
-	int side; /* ours: we produce on queue side, consume queue 1 - side */
-	struct dsock_link_hdr *h;
-	struct dsock_link_queue *inq, *outq;
-	uint32_t *in, *out;
-	/* consumer */
-	pthread_mutex_t rx_mu;       /* the slots and taking entries */
-	uint64_t head;               /* entries taken */
-	struct shm_conn **slot;      /* by slot number; slot[0] unused */
-	size_t nslot, slot_cap;
-	uint32_t *freed;             /* slot numbers to give out again */
-	size_t nfreed, freed_cap;
-	int64_t lease;               /* the lease we published last (ours) */
-	int broken;                  /* its queue broke the rules: unused */
-	int took;                    /* an entry was taken (logged once) */
-	/* producer */
-	pthread_mutex_t tx_mu;
-	uint64_t tail;               /* entries pushed */
-	int users;                   /* connections on it (rx_mu) */
-	int gone;                    /* the other process left (links_mu) */
-	struct shm_link *next;
-};
 
-static pthread_mutex_t links_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct shm_link *links;
-static _Atomic int nlinks;
+
+pthread_mutex_t shm_links_mu = PTHREAD_MUTEX_INITIALIZER;
+struct shm_link *shm_links;
+_Atomic int shm_nlinks;
+_Atomic int shm_own_bell = -1;
+_Atomic unsigned shm_own_bell_gen;
 
 /* A link's number is the daemon's, and a new daemon (a restart) numbers
  * anew: links are found by (number, side, daemon connection). */
-static struct shm_link *find_locked(uint32_t id, int side, unsigned gen)
+struct shm_link *shm_link_find_locked(uint32_t id, int side, unsigned gen)
 {
-	struct shm_link *l = links;
+	struct shm_link *l = shm_links;
 
 	while (l && (l->id != id || l->side != side || l->gen != gen))
 		l = l->next;
@@ -82,10 +65,10 @@ static struct shm_link *spare;
 /* Out of the list, onto the spares (links_mu held, no connection on it). */
 static void retire_locked(struct shm_link *l)
 {
-	for (struct shm_link **pp = &links; *pp; pp = &(*pp)->next)
+	for (struct shm_link **pp = &shm_links; *pp; pp = &(*pp)->next)
 		if (*pp == l) {
 			*pp = l->next;
-			atomic_fetch_sub(&nlinks, 1);
+			atomic_fetch_sub(&shm_nlinks, 1);
 			break;
 		}
 	pthread_mutex_lock(&l->rx_mu);
@@ -124,6 +107,8 @@ static struct shm_link *link_for(struct dsock_link_hdr **h)
 		*h = at;
 		pthread_mutex_lock(&l->tx_mu);
 		l->tail = 0;
+		atomic_store(&l->bell_ok, 0);
+		atomic_store(&l->self, 0);
 		pthread_mutex_unlock(&l->tx_mu);
 		pthread_mutex_lock(&l->rx_mu);
 		l->head = 0;
@@ -134,6 +119,7 @@ static struct shm_link *link_for(struct dsock_link_hdr **h)
 	}
 	if (!(l = calloc(1, sizeof(*l))))
 		return NULL;
+	l->bell = -1;
 	pthread_mutex_init(&l->rx_mu, NULL);
 	pthread_mutex_init(&l->tx_mu, NULL);
 	return l;
@@ -165,23 +151,23 @@ void shm_link_result(const struct dsock_msg_result *r, int fd)
 	int side = r->link_side;
 	unsigned gen = dsock_ctl_gen();
 
-	pthread_mutex_lock(&links_mu);
+	pthread_mutex_lock(&shm_links_mu);
 	/* links from an earlier daemon: no "gone" comes for them any more */
-	for (struct shm_link *o = links, *next; o; o = next) {
+	for (struct shm_link *o = shm_links, *next; o; o = next) {
 		next = o->next;
 		if (o->gen != gen && !o->gone)
 			gone_locked(o);
 	}
-	l = find_locked(r->link, side, gen);
+	l = shm_link_find_locked(r->link, side, gen);
 	if (fd < 0) { /* the other process left */
 		if (l)
 			gone_locked(l);
-		pthread_mutex_unlock(&links_mu);
+		pthread_mutex_unlock(&shm_links_mu);
 		shm_pool_link_gone(r->link, side, gen);
 		return;
 	}
 	if (l) { /* (given twice: the first stands) */
-		pthread_mutex_unlock(&links_mu);
+		pthread_mutex_unlock(&shm_links_mu);
 		dsock_real.close(fd);
 		return;
 	}
@@ -190,7 +176,7 @@ void shm_link_result(const struct dsock_msg_result *r, int fd)
 	if (!h || !(l = link_for(&h))) {
 		if (h)
 			munmap(h, DSOCK_LINK_BYTES);
-		pthread_mutex_unlock(&links_mu);
+		pthread_mutex_unlock(&shm_links_mu);
 		DSOCK_WARN("unusable link memory from the daemon: its connections wake by tokens");
 		return;
 	}
@@ -203,10 +189,17 @@ void shm_link_result(const struct dsock_msg_result *r, int fd)
 	l->out = (uint32_t *)((char *)h + DSOCK_SHM_HDR + (size_t)side * DSOCK_LINK_SLOTS * 4);
 	l->in = (uint32_t *)((char *)h + DSOCK_SHM_HDR + (size_t)(1 - side) * DSOCK_LINK_SLOTS * 4);
 	l->nslot = 1;
-	l->next = links;
-	links = l;
-	atomic_fetch_add(&nlinks, 1);
-	pthread_mutex_unlock(&links_mu);
+	/* a process connected to itself holds both sides: it rings its own
+	 * bell (the daemon sends no other) */
+	struct shm_link *o = shm_link_find_locked(r->link, 1 - side, gen);
+	if (o) {
+		atomic_store(&o->self, 1);
+		atomic_store(&l->self, 1);
+	}
+	l->next = shm_links;
+	shm_links = l;
+	atomic_fetch_add(&shm_nlinks, 1);
+	pthread_mutex_unlock(&shm_links_mu);
 	DSOCK_DBG("link %u: side %d mapped", l->id, side);
 }
 
@@ -217,8 +210,8 @@ void shm_link_join(struct shm_conn *c, uint32_t id, int side, unsigned gen)
 
 	if (!id)
 		return;
-	pthread_mutex_lock(&links_mu);
-	l = find_locked(id, side, gen);
+	pthread_mutex_lock(&shm_links_mu);
+	l = shm_link_find_locked(id, side, gen);
 	/* (a fork since the attach: another process may hold it) */
 	if (l && !l->gone && !l->broken && c->fork_gen == shm_fork_gen) {
 		pthread_mutex_lock(&l->rx_mu);
@@ -232,7 +225,7 @@ void shm_link_join(struct shm_conn *c, uint32_t id, int side, unsigned gen)
 		}
 		pthread_mutex_unlock(&l->rx_mu);
 	}
-	pthread_mutex_unlock(&links_mu);
+	pthread_mutex_unlock(&shm_links_mu);
 	if (!n)
 		return;
 	c->link_slot = n;
@@ -263,10 +256,10 @@ void shm_link_leave(struct shm_conn *c)
 {
 	if (!__atomic_load_n(&c->link, __ATOMIC_RELAXED))
 		return;
-	pthread_mutex_lock(&links_mu);
+	pthread_mutex_lock(&shm_links_mu);
 	if (c->link)
 		leave_locked(c);
-	pthread_mutex_unlock(&links_mu);
+	pthread_mutex_unlock(&shm_links_mu);
 }
 
 /* ---- the producer ---------------------------------------------------------- */
@@ -279,7 +272,8 @@ int shm_link_notify(struct shm_conn *c, int64_t now)
 	if (!l)
 		return 0;
 	q = l->outq;
-	if ((int64_t)__atomic_load_n(&q->lease_until, __ATOMIC_RELAXED) <= now ||
+	if (((int64_t)__atomic_load_n(&q->lease_until, __ATOMIC_RELAXED) <= now &&
+	     !__atomic_load_n(&q->bell, __ATOMIC_RELAXED)) ||
 	    !(n = __atomic_load_n(&c->peer->link_slot, __ATOMIC_RELAXED)))
 		return 0;
 	/* one entry per ring at a time: one already queued names our data
@@ -298,7 +292,19 @@ int shm_link_notify(struct shm_conn *c, int64_t now)
 		pthread_mutex_unlock(&l->tx_mu);
 	}
 	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the entry before the lease */
-	return (int64_t)__atomic_load_n(&q->lease_until, __ATOMIC_RELAXED) > now;
+	if ((int64_t)__atomic_load_n(&q->lease_until, __ATOMIC_RELAXED) > now)
+		return 1;
+	int bell = atomic_load_explicit(&l->self, memory_order_relaxed) ? atomic_load(&shm_own_bell)
+		   : atomic_load_explicit(&l->bell_ok, memory_order_acquire) ? l->bell : -1;
+	if (!__atomic_load_n(&q->bell, __ATOMIC_RELAXED) || bell < 0)
+		return 0;
+	if (__atomic_exchange_n(&q->rung, 1, __ATOMIC_SEQ_CST))
+		return 1; /* rung since every sleeper armed it */
+	uint64_t one = 1;
+	if (dsock_real.write(bell, &one, sizeof(one)) == (ssize_t)sizeof(one))
+		return 1;
+	__atomic_store_n(&q->rung, 0, __ATOMIC_SEQ_CST); /* (a token instead) */
+	return 0;
 }
 
 /* ---- the consumer ---------------------------------------------------------- */
@@ -307,7 +313,7 @@ int shm_link_notify(struct shm_conn *c, int64_t now)
 /* Takes l's entries (rx_mu held): each names a ring that has news; its
  * flag is cleared, then (a full fence) the ring looked at, and a ring
  * with data is marked hidden readable for our pollers. */
-static void take_locked(struct shm_link *l)
+void shm_link_take_locked(struct shm_link *l)
 {
 	uint64_t t = __atomic_load_n(&l->inq->tail, __ATOMIC_ACQUIRE);
 	struct shm_conn *got[TAKE_BATCH];
@@ -360,55 +366,60 @@ static void take_locked(struct shm_link *l)
  * queues may be taken. */
 static void end_leases_locked(void)
 {
-	for (struct shm_link *l = links; l; l = l->next)
+	for (struct shm_link *l = shm_links; l; l = l->next) {
 		if (l->lease) {
 			__atomic_store_n(&l->inq->lease_until, 0, __ATOMIC_RELAXED);
 			__atomic_store_n(&l->lease, 0, __ATOMIC_RELAXED);
 		}
+		if (l->armed) {
+			__atomic_store_n(&l->inq->bell, 0, __ATOMIC_RELAXED);
+			l->armed = 0;
+		}
+	}
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
 /* Ends every lease of ours and takes what every queue holds (links_mu
  * held): a thread of ours is about to sleep. */
-static void end_and_take_locked(void)
+void shm_link_end_and_take_locked(void)
 {
 	end_leases_locked();
-	for (struct shm_link *l = links; l; l = l->next) {
+	for (struct shm_link *l = shm_links; l; l = l->next) {
 		pthread_mutex_lock(&l->rx_mu);
 		if (!l->broken)
-			take_locked(l);
+			shm_link_take_locked(l);
 		pthread_mutex_unlock(&l->rx_mu);
 	}
 }
 
 void shm_link_end_leases(void)
 {
-	if (!atomic_load_explicit(&nlinks, memory_order_relaxed))
+	if (!atomic_load_explicit(&shm_nlinks, memory_order_relaxed))
 		return;
-	pthread_mutex_lock(&links_mu);
-	end_and_take_locked();
-	pthread_mutex_unlock(&links_mu);
+	pthread_mutex_lock(&shm_links_mu);
+	shm_link_end_and_take_locked();
+	pthread_mutex_unlock(&shm_links_mu);
 }
 
 void shm_link_collect(int64_t now)
 {
 	int leased = 0, settle = 0;
 
-	if (!atomic_load_explicit(&nlinks, memory_order_relaxed))
+	if (!atomic_load_explicit(&shm_nlinks, memory_order_relaxed))
 		return;
-	if (pthread_mutex_trylock(&links_mu))
+	if (pthread_mutex_trylock(&shm_links_mu))
 		return; /* another poller of ours is at it */
 	/* no lease while a thread of ours sleeps: one published now, though
 	 * ended below, would let a producer announce to us in between, and
 	 * the entry we take then wakes nobody (a sleeper took the queues
 	 * before it slept; one that counts itself after this look waits for
 	 * links_mu and ends what we publish) */
-	if (atomic_load(&dsock_sleepers) > 0)
+	if (dsock_anyone_sleeps())
 		now = 0;
 	int64_t lease = shm_lease_ns;
 	if (now && lease > SHORT_LEASE_NS && dsock_spin_seen_contention(now))
 		lease = SHORT_LEASE_NS;
-	for (struct shm_link *l = links; l; l = l->next) {
+	for (struct shm_link *l = shm_links; l; l = l->next) {
 		if (l->broken)
 			continue;
 		/* rewritten only when less than half of it is left: the
@@ -426,7 +437,7 @@ void shm_link_collect(int64_t now)
 		}
 		leased |= l->lease != 0;
 		if (pthread_mutex_trylock(&l->rx_mu) == 0) {
-			take_locked(l);
+			shm_link_take_locked(l);
 			pthread_mutex_unlock(&l->rx_mu);
 		}
 	}
@@ -434,10 +445,10 @@ void shm_link_collect(int64_t now)
 	 * the leases already, so ours must not stand */
 	if (now && leased) {
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		if (atomic_load(&dsock_sleepers) > 0)
-			end_and_take_locked();
+		if (dsock_anyone_sleeps())
+			shm_link_end_and_take_locked();
 	}
-	pthread_mutex_unlock(&links_mu);
+	pthread_mutex_unlock(&shm_links_mu);
 	if (settle)
 		shm_settle_lingering();
 }
@@ -452,7 +463,7 @@ int shm_link_polled(const struct shm_conn *c, int64_t now)
 /* ---- fork and exec ---------------------------------------------------------- */
 static void unjoin_locked(void)
 {
-	for (struct shm_link *l = links, *next; l; l = next) {
+	for (struct shm_link *l = shm_links, *next; l; l = next) {
 		int left = l->users;
 		next = l->next;
 		/* (the last leave may free l: users 0 and gone) */
@@ -466,14 +477,14 @@ static void unjoin_locked(void)
 
 void shm_link_unjoin_all(void)
 {
-	if (!atomic_load_explicit(&nlinks, memory_order_relaxed))
+	if (!atomic_load_explicit(&shm_nlinks, memory_order_relaxed))
 		return;
 	/* what the queues hold is taken (and marked) first: a producer that
 	 * saw a lease announced instead of waking */
 	shm_link_end_leases();
-	pthread_mutex_lock(&links_mu);
+	pthread_mutex_lock(&shm_links_mu);
 	unjoin_locked();
-	pthread_mutex_unlock(&links_mu);
+	pthread_mutex_unlock(&shm_links_mu);
 }
 
 void shm_link_fork_prepare(void)
@@ -481,28 +492,35 @@ void shm_link_fork_prepare(void)
 	/* held across the fork: no connection joins a link in between (an
 	 * attach racing with the fork waits, then sees the new fork_gen) */
 	shm_link_end_leases();
-	pthread_mutex_lock(&links_mu);
+	pthread_mutex_lock(&shm_links_mu);
 	unjoin_locked();
 }
 
 void shm_link_fork_parent(void)
 {
-	pthread_mutex_unlock(&links_mu);
+	pthread_mutex_unlock(&shm_links_mu);
 }
 
 void shm_link_fork_child(void)
 {
 	/* the parent's links are the parent's: none of them is ours (their
 	 * mutexes may be held by threads that are not here) */
-	pthread_mutex_init(&links_mu, NULL);
+	pthread_mutex_init(&shm_links_mu, NULL);
 	for (int k = 0; k < 2; k++)
-		for (struct shm_link *l = k ? spare : links, *next; l; l = next) {
+		for (struct shm_link *l = k ? spare : shm_links, *next; l; l = next) {
 			next = l->next;
+			if (l->bell >= 0)
+				dsock_real.close(l->bell);
 			munmap(l->h, DSOCK_LINK_BYTES);
 			free(l->slot);
 			free(l->freed);
 			free(l);
 		}
-	links = spare = NULL;
-	atomic_store(&nlinks, 0);
+	shm_links = spare = NULL;
+	atomic_store(&shm_nlinks, 0);
+	/* (the parent's: the sets we share with it hold it no more) */
+	int bell = atomic_exchange(&shm_own_bell, -1);
+	if (bell >= 0)
+		dsock_real.close(bell);
+	atomic_fetch_add(&shm_own_bell_gen, 1);
 }

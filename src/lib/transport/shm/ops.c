@@ -19,11 +19,15 @@
 
 
 /* A thread of ours is about to sleep: every lease of ours ends, on rings
- * and on links, and what they let through is marked for our pollers. */
-static void shm_before_sleep(void)
+ * and on links (where the bells may stand instead), and what they let
+ * through is marked for our pollers. */
+static void shm_before_sleep(int bell)
 {
 	shm_settle_lingering();
-	shm_link_end_leases();
+	if (bell)
+		shm_link_arm_bells();
+	else
+		shm_link_end_leases();
 }
 
 int shm_hidden_readable(struct dsock_sock *s)
@@ -327,6 +331,8 @@ const struct dsock_transport dsock_shm_transport = {
 	.handover = shm_handover_op,
 	.release = shm_release,
 	.before_sleep = shm_before_sleep,
+	.bell = shm_link_bell,
+	.bells_off = shm_link_disarm_bells,
 	.collect = shm_link_collect,
 	.init = shm_init,
 	.adopt = shm_adopt,

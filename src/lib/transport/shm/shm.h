@@ -197,6 +197,11 @@ struct dsock_msg_result;
 /* A RESULT of kind LINK: the link's memfd (the handler owns it), or -1:
  * its other process left. */
 void shm_link_result(const struct dsock_msg_result *r, int fd);
+/* A RESULT of kind BELL: our bell (link 0) or a link peer's (the
+ * handler owns fd); and our bell for the socket layer (the transport's
+ * bell op). */
+void shm_link_bell_result(const struct dsock_msg_result *r, int fd);
+int shm_link_bell(unsigned *gen);
 /* c (attached, mapped, held by this process alone) goes on link id as
  * side, as named on daemon connection gen (dsock_ctl_gen() when its
  * result came): its peer may announce its data there.  Nothing if there
@@ -212,6 +217,12 @@ int shm_link_notify(struct shm_conn *c, int64_t now);
  * ends, what the queues hold is taken. */
 void shm_link_collect(int64_t now);
 void shm_link_end_leases(void);
+/* A poller is about to sleep on a set that holds our bell: the leases end
+ * and the bells are armed instead (while no thread sleeps counted in
+ * dsock_sleepers), then what the queues hold is taken. */
+void shm_link_arm_bells(void);
+/* The last bell sleeper is up: the bells end (the transport's wake op). */
+void shm_link_disarm_bells(void);
 /* 1 if a poller of ours holds a lease on c's link (so c's consumer need
  * not linger: its producer announces there). */
 int shm_link_polled(const struct shm_conn *c, int64_t now);
