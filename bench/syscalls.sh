@@ -8,7 +8,7 @@
 # Prints, for each mode, the requests/s and per request: every system call
 # (sys_enter) and those of them seen at least once per 100 requests.
 set -eu
-BUILD=${1:-build}; TEST=${2:-get}; CLIENTS=${3:-50}; N=400000; PORT=7781
+BUILD=${1:-build}; TEST=${2:-get}; CLIENTS=${3:-50}; N=${N:-400000}; PORT=7781
 EV=raw_syscalls:sys_enter
 for c in epoll_wait epoll_ctl read write recvfrom sendto recvmsg sendmsg sched_yield ioctl getsockopt futex; do
 	EV=$EV,syscalls:sys_enter_$c

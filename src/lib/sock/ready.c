@@ -587,9 +587,8 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		dsock_light_leave(&light);
 	if (heavy) {
 		sleep_end(bell);
-		/* (a sleep the bell ends costs its producer no more than a
-		 * kernel send: no reason to go back, "Going back when the
-		 * consumer sleeps") */
+		/* (a sleep the bell ends: "Going back when the consumer
+		 * sleeps" does not count it) */
 		if (!bell)
 			dsock_wait_end(wait_start);
 	}
