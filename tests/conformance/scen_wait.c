@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -598,4 +599,63 @@ STREAM_SCEN(epoll_out_only_edge_writer)
 	pthread_join(t, &drained);
 	out("all drained: %s", (long)drained == sent ? "yes" : "no");
 	close(ep);
+}
+
+/* One thread asleep in epoll_wait on a set, reading what it reports,
+ * while another thread asks the same set with a zero timeout in a loop
+ * (and reads nothing) for the first ten messages: the sleeper gets every
+ * message, during and after. */
+struct beside_poller { int ep, fd; _Atomic int got, stop; };
+
+static void *beside_sleeper(void *arg)
+{
+	struct beside_poller *b = arg;
+	struct epoll_event ev[8];
+
+	while (atomic_load(&b->got) < 20) {
+		int n = epoll_wait(b->ep, ev, 8, 3000);
+		char buf[64];
+		if (n <= 0)
+			break;
+		ssize_t r = recv(b->fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (r > 0)
+			atomic_fetch_add(&b->got, (int)r);
+	}
+	return NULL;
+}
+
+static void *beside_looker(void *arg)
+{
+	struct beside_poller *b = arg;
+	struct epoll_event ev[8];
+
+	while (!atomic_load(&b->stop))
+		epoll_wait(b->ep, ev, 8, 0);
+	return NULL;
+}
+
+STREAM_SCEN(epoll_sleeper_beside_nonblocking_poller)
+{
+	struct beside_poller b = { .ep = epoll_create1(EPOLL_CLOEXEC) };
+	int c, s;
+	pthread_t ts, tl;
+
+	fam_pair(f, &c, &s);
+	b.fd = s;
+	ep_add(b.ep, s, EPOLLIN, 5);
+	pthread_create(&ts, NULL, beside_sleeper, &b);
+	msleep(50);
+	pthread_create(&tl, NULL, beside_looker, &b);
+	for (int i = 0; i < 20; i++) {
+		send(c, "x", 1, 0);
+		msleep(30);
+		if (i == 9) {
+			atomic_store(&b.stop, 1);
+			pthread_join(tl, NULL);
+			msleep(100);
+			out("the sleeper got the first 10: %s", atomic_load(&b.got) == 10 ? "yes" : "no");
+		}
+	}
+	pthread_join(ts, NULL);
+	out("the sleeper got all 20: %s", atomic_load(&b.got) == 20 ? "yes" : "no");
 }

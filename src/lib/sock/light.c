@@ -5,6 +5,7 @@
  * (and sleeps counted) or is promoted by its joining. */
 #include "lib/sock/light.h"
 #include "lib/base/grow.h"
+#include "lib/sock/poke.h"
 #include "lib/sock/ready.h"
 #include "lib/transport/transport.h"
 
@@ -161,6 +162,13 @@ static void unbell_locked(size_t i)
 		dsock_real.epoll_ctl(sets[i].epfd, EPOLL_CTL_DEL, bell, NULL);
 	sets[i].belled = 0;
 	atomic_fetch_sub(&dsock_belled_sets, 1);
+	/* a thread asleep on it counts on the bell: woken, it sleeps again
+	 * without (ready.c looks again after registering) */
+	for (struct dsock_light *l = lights; l; l = l->next)
+		if (l->epfd == sets[i].epfd) {
+			dsock_poke(sets[i].epfd);
+			break;
+		}
 }
 
 int dsock_light_unghost(int epfd)
@@ -181,7 +189,7 @@ int dsock_light_unghost(int epfd)
 }
 
 /* ---- bells ---------------------------------------------------------------- */
-int dsock_bells_on = 1;
+int dsock_bells_on;
 _Atomic int dsock_belled_sets;
 
 int dsock_light_bell(int epfd)

@@ -87,7 +87,9 @@ void dsock_light_fork_child(void);
  * whole or sent away (as for ghosts; another waiter could take the edge
  * a sleeper waits for, or see our data), and taken out again before an
  * exec or spawn that the set survives (not close-on-exec).
- * dsock_bells_on: DSOCK_BELLS (default 1). */
+ * dsock_bells_on: DSOCK_BELLS=1 (an experiment, off by default: a
+ * sleeper beside a thread that polls its set without sleeping can be
+ * left asleep, docs/ARCHITECTURE.md "Bells"). */
 #include <stdint.h>
 #include <sys/epoll.h>
 #define DSOCK_BELL_DATA 0xd50cbe11a6c3f70dULL

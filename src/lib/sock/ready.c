@@ -304,6 +304,22 @@ static void sleep_end(int bell)
 		dsock_transports_bells_off();
 }
 
+/* A look that is not a woken bell sleeper's took the bell's event (the
+ * kernel gives an edge to one wait): a bell sleeper may be waiting for
+ * it, and the producers ring no more while rung stays set, so it rings
+ * again.  Only a bell sleeper that re-arms (clears rung, then takes the
+ * queues) absorbs a ring. */
+static void bell_swallowed(void)
+{
+	unsigned gen;
+	uint64_t one = 1;
+	int fd;
+
+	if (atomic_load(&dsock_bell_sleepers) > 0 && (fd = dsock_transports_bell(&gen)) >= 0 &&
+	    dsock_real.write(fd, &one, sizeof(one)) < 0)
+		return;
+}
+
 /* A sleeper woken by the bell reports all it may (max events) while
  * other threads sleep with the bell: hidden data may be left that one
  * ring stood for, and the kernel wakes another waiter when its ready
@@ -328,8 +344,12 @@ static int kernel_look(int epfd, int kfd, struct epoll_event *ev, int max, long 
 	 * entries are taken at this look or the next, before any sleep) */
 	if (n > 0 && atomic_load_explicit(&dsock_pokes, memory_order_relaxed))
 		n = dsock_poke_take(epfd, ev, n, &poked);
-	if (n > 0 && atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed))
-		n = dsock_bell_take(ev, n, &poked);
+	if (n > 0 && atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed)) {
+		int rang = 0;
+		n = dsock_bell_take(ev, n, &rang);
+		if (rang)
+			bell_swallowed();
+	}
 	looked_epfd = epfd;
 	looked_ns = now;
 	if (n > 0)
@@ -361,8 +381,12 @@ static int filter_full(int epfd, int kfd, struct epoll_event *ev, int n, int max
 		full = got == max - n;
 		if (atomic_load_explicit(&dsock_pokes, memory_order_relaxed))
 			got = dsock_poke_take(epfd, ev + n, got, &poked);
-		if (atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed))
-			got = dsock_bell_take(ev + n, got, &poked);
+		if (atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed)) {
+			int rang = 0;
+			got = dsock_bell_take(ev + n, got, &rang);
+			if (rang)
+				bell_swallowed();
+		}
 		got = filter_spurious(epfd, ev + n, got);
 		/* a registration reported already: its events join that report
 		 * (an edge taken now is reported, not lost); registrations that
@@ -439,6 +463,14 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	epfd = dsock_epset_key(epfd);
 	int blocking = kind == DSOCK_EPW_PWAIT2 ? !t || t->tv_sec || t->tv_nsec : timeout_ms != 0;
 
+	/* a look that never sleeps, on a set another thread sleeps on with
+	 * the bell: it may take the bell's edge and never arm it again (a
+	 * sleeper left asleep for good); such a set does without the bell
+	 * (its sleepers are poked and sleep on tokens) */
+	if (!blocking && atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed) > 0 &&
+	    atomic_load_explicit(&dsock_bell_sleepers, memory_order_relaxed) > 0 && dsock_light_sleeping(epfd, 0))
+		dsock_epset_no_ghosts(epfd);
+
 	if (max > 0 && atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0 &&
 	    ((n = epoll_now(epfd, kfd, ev, max, !blocking, 0, 1)) != 0 || !blocking))
 		return n;
@@ -499,6 +531,14 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		else
 			dsock_sleep_begin();
 		dsock_light_enter_counted(epfd, &light);
+		/* the set lost the bell before we were registered (a dup, a
+		 * nesting in another thread): a plain sleep (one after we
+		 * were is poked: light.c) */
+		if (bell && !dsock_light_bell(epfd)) {
+			sleep_end(1);
+			dsock_sleep_begin();
+			bell = 0;
+		}
 		if ((n = epoll_now(epfd, kfd, ev, max, 0, 0, 0)) != 0 || (n = dsock_epset_parked_ready(epfd, ev, max)) != 0) {
 			dsock_light_leave(&light);
 			sleep_end(bell);
