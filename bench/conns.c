@@ -310,32 +310,57 @@ static int echo_serve(int l, int n, int sync_r, pid_t child, int mem)
 	}
 }
 
-static int burst(int n, double secs)
+/* The set-up of scale and burst: a listener for n connections (the same
+ * fd limit natively and under dsock, which holds no fd per connection in
+ * the application), the pipe the child reports on, and the fork.  The
+ * child's *l is closed. */
+static pid_t echo_pair(int n, struct sockaddr_in *sa, int *l, int sync[2])
 {
-	struct sockaddr_in sa;
-	int l, sync[2];
 	pid_t child;
-	char b[64];
 
 	raise_fd_limit((long)n + 256);
-	l = any_listener(&sa, 4096);
+	*l = any_listener(sa, 4096);
 	if (pipe(sync) < 0)
 		die("pipe");
 	if ((child = fork()) < 0)
 		die("fork");
+	if (child == 0)
+		close(*l);
+	return child;
+}
+
+/* The child's n connections to sa, each with WARM round trips (a
+ * connection moves to the rings at its first data calls). */
+static int *connect_warm(const struct sockaddr_in *sa, int n)
+{
+	int *fds = calloc((size_t)n, sizeof(int));
+	char b[14];
+
+	if (!fds)
+		die("calloc");
+	for (int i = 0; i < n; i++)
+		fds[i] = connect_nr(sa, i);
+	for (int w = 0; w < WARM; w++)
+		for (int i = 0; i < n; i++)
+			if (send(fds[i], "ping-ping-ping", 14, 0) != 14 || recv(fds[i], b, 14, MSG_WAITALL) != 14)
+				die("warm-up");
+	return fds;
+}
+
+static int burst(int n, double secs)
+{
+	struct sockaddr_in sa;
+	int l, sync[2];
+	pid_t child = echo_pair(n, &sa, &l, sync);
+	char b[64];
+
 	if (child == 0) {
-		int *fds = calloc((size_t)n, sizeof(int)), ep = epoll_create1(0);
+		int *fds = connect_warm(&sa, n), ep = epoll_create1(0);
 		struct epoll_event evs[256];
 		long bursts = 0;
 		double t0, t;
-		close(l);
-		for (int i = 0; i < n; i++)
-			fds[i] = connect_nr(&sa, i);
 		for (int i = 0; i < n; i++) {
 			struct epoll_event ev = { .events = EPOLLIN, .data.u32 = (uint32_t)i };
-			for (int w = 0; w < WARM; w++)
-				if (send(fds[i], "ping-ping-ping", 14, 0) != 14 || recv(fds[i], b, 14, MSG_WAITALL) != 14)
-					die("warm-up");
 			if (epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev) < 0)
 				die("epoll_ctl");
 		}
@@ -366,32 +391,13 @@ static int scale(int n, double secs)
 {
 	struct sockaddr_in sa;
 	int l, sync[2];
-	pid_t child;
+	pid_t child = echo_pair(n, &sa, &l, sync);
 	char b[64];
 
-	/* the same limit natively and under dsock (which holds no fd per
-	 * connection in the application) */
-	raise_fd_limit((long)n + 256);
-	l = any_listener(&sa, 4096);
-	if (pipe(sync) < 0)
-		die("pipe");
-	child = fork();
-	if (child < 0)
-		die("fork");
 	if (child == 0) {
-		int *fds = calloc((size_t)n, sizeof(int));
 		long rt = 0;
 		double t0, t, setup = now_s();
-		close(l);
-		for (int i = 0; i < n; i++)
-			fds[i] = connect_nr(&sa, i);
-		/* WARM round trips on each (a connection moves to the rings
-		 * at its first data calls), then the timed run */
-		for (int w = 0; w < WARM; w++)
-			for (int i = 0; i < n; i++)
-				if (send(fds[i], "ping-ping-ping", 14, 0) != 14 ||
-				    recv(fds[i], b, 14, MSG_WAITALL) != 14)
-					die("warm-up");
+		int *fds = connect_warm(&sa, n); /* (then the timed run) */
 		setup = now_s() - setup;
 		if (ready_w >= 0 && (write(ready_w, "r", 1) != 1 || read(go_r, b, 1) != 1))
 			die("start");

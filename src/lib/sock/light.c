@@ -234,17 +234,6 @@ void dsock_light_exec(void)
 	pthread_mutex_unlock(&light_mu);
 }
 
-int dsock_bell_take(struct epoll_event *ev, int n, int *rang)
-{
-	int k = 0;
-
-	for (int i = 0; i < n; i++)
-		if (ev[i].data.u64 == DSOCK_BELL_DATA)
-			*rang = 1;
-		else
-			ev[k++] = ev[i];
-	return k;
-}
 
 void dsock_light_cloexec(int epfd, int on)
 {

@@ -100,8 +100,25 @@ extern _Atomic int dsock_belled_sets;
 int dsock_light_bell(int epfd);
 /* An exec or spawn: sets that it leaves open lose the bell for good. */
 void dsock_light_exec(void);
-/* The n events of a look, the bell's taken out (*rang set if there was
- * one): the count left. */
-int dsock_bell_take(struct epoll_event *ev, int n, int *rang);
+
+/* ebell.c.  As dsock_sleep_begin (ready.h), for a poller whose set holds
+ * the bell: counted in dsock_bell_sleepers. */
+void dsock_bell_sleep_begin(void);
+/* A poller that counted itself (bell: as a bell sleeper) is up.  The
+ * last bell sleeper up ends the bells: what is announced from then on
+ * waits for a look (collect), or a token wakes its sleeper. */
+void dsock_sleep_end(int bell);
+/* The n events of a look that is no woken bell sleeper's, the bell's
+ * taken out: the count left.  Such a look took the bell's edge (the
+ * kernel gives it to one wait): a bell sleeper may be waiting for it,
+ * and producers ring no more while rung stays set, so it rings again.
+ * Only a bell sleeper that re-arms (clears rung, then takes the queues)
+ * absorbs a ring. */
+int dsock_bell_take_ring(struct epoll_event *ev, int n);
+/* A sleeper woken by the bell reported n events of max while other
+ * threads sleep with the bell: when it reported all it may, hidden data
+ * may be left that one ring stood for (the kernel wakes another waiter
+ * when its ready list is not empty after a wait): the bell rings again. */
+void dsock_bell_pass_on(int n, int max);
 
 #endif

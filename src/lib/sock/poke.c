@@ -44,16 +44,24 @@ out:
 	pthread_mutex_unlock(&poke_mu);
 }
 
-int dsock_poke_take(int epfd, struct epoll_event *ev, int n, int *poked)
+int dsock_events_take(struct epoll_event *ev, int n, uint64_t data, int *found)
 {
 	int k = 0;
 
-	*poked = 0;
 	for (int i = 0; i < n; i++)
-		if (ev[i].data.u64 == DSOCK_POKE_DATA)
-			*poked = 1;
+		if (ev[i].data.u64 == data)
+			*found = 1;
 		else
 			ev[k++] = ev[i];
+	return k;
+}
+
+int dsock_poke_take(int epfd, struct epoll_event *ev, int n, int *poked)
+{
+	int k;
+
+	*poked = 0;
+	k = dsock_events_take(ev, n, DSOCK_POKE_DATA, poked);
 	if (!*poked)
 		return n;
 	pthread_mutex_lock(&poke_mu);

@@ -17,6 +17,9 @@
 /* Pokes outstanding: epoll_wait looks for them while > 0. */
 extern _Atomic int dsock_pokes;
 
+/* The n events of a look with those of data taken out (*found set if
+ * there was one): the count left. */
+int dsock_events_take(struct epoll_event *ev, int n, uint64_t data, int *found);
 /* Wakes the threads asleep on epfd (one poke per set at a time). */
 void dsock_poke(int epfd);
 /* The events of a look at epfd, the pokes taken out (and epfd's pokes

@@ -285,57 +285,6 @@ void dsock_sleep_begin(void)
 	dsock_transports_before_sleep(0);
 }
 
-/* As dsock_sleep_begin, for a poller whose set holds the bell. */
-static void bell_sleep_begin(void)
-{
-	atomic_fetch_add(&dsock_bell_sleepers, 1);
-	dsock_renew_at = 0;
-	dsock_transports_before_sleep(1);
-}
-
-/* A poller that counted itself (bell: as a bell sleeper) is up.  The
- * last bell sleeper up ends the bells: what is announced from then on
- * waits for a look (collect), or a token wakes its sleeper. */
-static void sleep_end(int bell)
-{
-	if (!bell)
-		atomic_fetch_sub(&dsock_sleepers, 1);
-	else if (atomic_fetch_sub(&dsock_bell_sleepers, 1) == 1)
-		dsock_transports_bells_off();
-}
-
-/* A look that is not a woken bell sleeper's took the bell's event (the
- * kernel gives an edge to one wait): a bell sleeper may be waiting for
- * it, and the producers ring no more while rung stays set, so it rings
- * again.  Only a bell sleeper that re-arms (clears rung, then takes the
- * queues) absorbs a ring. */
-static void bell_swallowed(void)
-{
-	unsigned gen;
-	uint64_t one = 1;
-	int fd;
-
-	if (atomic_load(&dsock_bell_sleepers) > 0 && (fd = dsock_transports_bell(&gen)) >= 0 &&
-	    dsock_real.write(fd, &one, sizeof(one)) < 0)
-		return;
-}
-
-/* A sleeper woken by the bell reports all it may (max events) while
- * other threads sleep with the bell: hidden data may be left that one
- * ring stood for, and the kernel wakes another waiter when its ready
- * list is not empty after a wait; the bell rings again for them. */
-static void bell_pass_on(int n, int max)
-{
-	unsigned gen;
-	uint64_t one = 1;
-	int fd;
-
-	if ((n < max && n < 64) || atomic_load(&dsock_bell_sleepers) < 2 || (fd = dsock_transports_bell(&gen)) < 0)
-		return; /* (64: what one look at hidden data reports at most) */
-	if (dsock_real.write(fd, &one, sizeof(one)) < 0)
-		return;
-}
-
 static int kernel_look(int epfd, int kfd, struct epoll_event *ev, int max, long long now)
 {
 	ghost_since = dsock_ghost_since();
@@ -344,12 +293,8 @@ static int kernel_look(int epfd, int kfd, struct epoll_event *ev, int max, long 
 	 * entries are taken at this look or the next, before any sleep) */
 	if (n > 0 && atomic_load_explicit(&dsock_pokes, memory_order_relaxed))
 		n = dsock_poke_take(epfd, ev, n, &poked);
-	if (n > 0 && atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed)) {
-		int rang = 0;
-		n = dsock_bell_take(ev, n, &rang);
-		if (rang)
-			bell_swallowed();
-	}
+	if (n > 0 && atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed))
+		n = dsock_bell_take_ring(ev, n);
 	looked_epfd = epfd;
 	looked_ns = now;
 	if (n > 0)
@@ -381,12 +326,8 @@ static int filter_full(int epfd, int kfd, struct epoll_event *ev, int n, int max
 		full = got == max - n;
 		if (atomic_load_explicit(&dsock_pokes, memory_order_relaxed))
 			got = dsock_poke_take(epfd, ev + n, got, &poked);
-		if (atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed)) {
-			int rang = 0;
-			got = dsock_bell_take(ev + n, got, &rang);
-			if (rang)
-				bell_swallowed();
-		}
+		if (atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed))
+			got = dsock_bell_take_ring(ev + n, got);
 		got = filter_spurious(epfd, ev + n, got);
 		/* a registration reported already: its events join that report
 		 * (an edge taken now is reported, not lost); registrations that
@@ -527,7 +468,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		/* about to sleep: end the leases (or arm the bell), register
 		 * (poke.h), then look once more */
 		if (bell)
-			bell_sleep_begin();
+			dsock_bell_sleep_begin();
 		else
 			dsock_sleep_begin();
 		dsock_light_enter_counted(epfd, &light);
@@ -535,13 +476,13 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		 * nesting in another thread): a plain sleep (one after we
 		 * were is poked: light.c) */
 		if (bell && !dsock_light_bell(epfd)) {
-			sleep_end(1);
+			dsock_sleep_end(1);
 			dsock_sleep_begin();
 			bell = 0;
 		}
 		if ((n = epoll_now(epfd, kfd, ev, max, 0, 0, 0)) != 0 || (n = dsock_epset_parked_ready(epfd, ev, max)) != 0) {
 			dsock_light_leave(&light);
-			sleep_end(bell);
+			dsock_sleep_end(bell);
 			return n;
 		}
 	}
@@ -585,12 +526,12 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		}
 		int rang = 0;
 		if (n > 0 && atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed))
-			n = dsock_bell_take(ev, n, &rang);
+			n = dsock_events_take(ev, n, DSOCK_BELL_DATA, &rang);
 		/* a token that outlived its data must not be reported */
 		if (n > 0 && needs_filter())
 			n = filter_full(epfd, kfd, ev, n, max);
 		if (rang && n > 0 && bell)
-			bell_pass_on(max, max); /* (its announcements wait for our next look) */
+			dsock_bell_pass_on(max, max); /* (its announcements wait for our next look) */
 		if (rang && n == 0) {
 			/* rung: what producers announced is in the queues;
 			 * with nothing else to report, armed again (taking
@@ -602,7 +543,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 				dsock_transports_before_sleep(1);
 			if ((n = epoll_now(epfd, kfd, ev, max, 0, 0, 0)) != 0 || !blocking) {
 				if (bell)
-					bell_pass_on(n, max);
+					dsock_bell_pass_on(n, max);
 				break;
 			}
 			goto again;
@@ -626,7 +567,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	if (heavy || is_light)
 		dsock_light_leave(&light);
 	if (heavy) {
-		sleep_end(bell);
+		dsock_sleep_end(bell);
 		/* (a sleep the bell ends: "Going back when the consumer
 		 * sleeps" does not count it) */
 		if (!bell)

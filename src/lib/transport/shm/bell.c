@@ -70,10 +70,7 @@ void shm_link_disarm_bells(void)
 	/* (a bell sleeper that came meanwhile armed them anew: they stand) */
 	if (!atomic_load(&dsock_bell_sleepers))
 		for (struct shm_link *l = shm_links; l; l = l->next)
-			if (l->armed) {
-				__atomic_store_n(&l->inq->bell, 0, __ATOMIC_RELAXED);
-				l->armed = 0;
-			}
+			shm_link_disarm_locked(l);
 	pthread_mutex_unlock(&shm_links_mu);
 }
 
@@ -90,10 +87,7 @@ void shm_link_arm_bells(void)
 		return;
 	}
 	for (struct shm_link *l = shm_links; l; l = l->next) {
-		if (l->lease) {
-			__atomic_store_n(&l->inq->lease_until, 0, __ATOMIC_RELAXED);
-			__atomic_store_n(&l->lease, 0, __ATOMIC_RELAXED);
-		}
+		shm_link_end_lease_locked(l);
 		if (l->broken || l->gone)
 			continue;
 		if (!l->armed) {
@@ -103,12 +97,7 @@ void shm_link_arm_bells(void)
 		__atomic_store_n(&l->inq->rung, 0, __ATOMIC_RELAXED);
 	}
 	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* rung before the entries */
-	for (struct shm_link *l = shm_links; l; l = l->next) {
-		pthread_mutex_lock(&l->rx_mu);
-		if (!l->broken)
-			shm_link_take_locked(l);
-		pthread_mutex_unlock(&l->rx_mu);
-	}
+	shm_link_take_all_locked();
 	pthread_mutex_unlock(&shm_links_mu);
 }
 

@@ -367,16 +367,20 @@ void shm_link_take_locked(struct shm_link *l)
 static void end_leases_locked(void)
 {
 	for (struct shm_link *l = shm_links; l; l = l->next) {
-		if (l->lease) {
-			__atomic_store_n(&l->inq->lease_until, 0, __ATOMIC_RELAXED);
-			__atomic_store_n(&l->lease, 0, __ATOMIC_RELAXED);
-		}
-		if (l->armed) {
-			__atomic_store_n(&l->inq->bell, 0, __ATOMIC_RELAXED);
-			l->armed = 0;
-		}
+		shm_link_end_lease_locked(l);
+		shm_link_disarm_locked(l);
 	}
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+void shm_link_take_all_locked(void)
+{
+	for (struct shm_link *l = shm_links; l; l = l->next) {
+		pthread_mutex_lock(&l->rx_mu);
+		if (!l->broken)
+			shm_link_take_locked(l);
+		pthread_mutex_unlock(&l->rx_mu);
+	}
 }
 
 /* Ends every lease of ours and takes what every queue holds (links_mu
@@ -384,12 +388,7 @@ static void end_leases_locked(void)
 void shm_link_end_and_take_locked(void)
 {
 	end_leases_locked();
-	for (struct shm_link *l = shm_links; l; l = l->next) {
-		pthread_mutex_lock(&l->rx_mu);
-		if (!l->broken)
-			shm_link_take_locked(l);
-		pthread_mutex_unlock(&l->rx_mu);
-	}
+	shm_link_take_all_locked();
 }
 
 void shm_link_end_leases(void)

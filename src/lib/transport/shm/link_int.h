@@ -55,6 +55,26 @@ extern _Atomic unsigned shm_own_bell_gen;
 struct shm_link *shm_link_find_locked(uint32_t id, int side, unsigned gen);
 /* Takes l's entries (its rx_mu held). */
 void shm_link_take_locked(struct shm_link *l);
+/* Takes what every queue holds (links_mu held; after a full fence). */
+void shm_link_take_all_locked(void);
+
+/* l's lease ends (links_mu held). */
+static inline void shm_link_end_lease_locked(struct shm_link *l)
+{
+	if (l->lease) {
+		__atomic_store_n(&l->inq->lease_until, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&l->lease, 0, __ATOMIC_RELAXED);
+	}
+}
+
+/* l's bell ends (links_mu held): its producer sends tokens again. */
+static inline void shm_link_disarm_locked(struct shm_link *l)
+{
+	if (l->armed) {
+		__atomic_store_n(&l->inq->bell, 0, __ATOMIC_RELAXED);
+		l->armed = 0;
+	}
+}
 /* Ends every lease and bell of ours and takes what every queue holds
  * (links_mu held): a thread of ours is about to sleep counted. */
 void shm_link_end_and_take_locked(void);

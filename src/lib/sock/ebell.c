@@ -1,0 +1,55 @@
+/* The socket layer's side of the bells (light.h, docs/ARCHITECTURE.md
+ * "Bells"): counting bell sleepers, and ringing this process's own bell
+ * where a look took an edge that a sleeper waits for. */
+#include "lib/sock/light.h"
+#include "lib/sock/poke.h"
+#include "lib/sock/ready.h"
+#include "lib/base/real.h"
+#include "lib/transport/transport.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+void dsock_bell_sleep_begin(void)
+{
+	atomic_fetch_add(&dsock_bell_sleepers, 1);
+	dsock_renew_at = 0;
+	dsock_transports_before_sleep(1);
+}
+
+void dsock_sleep_end(int bell)
+{
+	if (!bell)
+		atomic_fetch_sub(&dsock_sleepers, 1);
+	else if (atomic_fetch_sub(&dsock_bell_sleepers, 1) == 1)
+		dsock_transports_bells_off();
+}
+
+/* Rings this process's bell, as a producer would. */
+static void ring_own_bell(void)
+{
+	unsigned gen;
+	uint64_t one = 1;
+	int fd = dsock_transports_bell(&gen);
+
+	if (fd >= 0 && dsock_real.write(fd, &one, sizeof(one)) < 0)
+		return; /* (nonblocking; a full count is rung already) */
+}
+
+int dsock_bell_take_ring(struct epoll_event *ev, int n)
+{
+	int rang = 0;
+
+	n = dsock_events_take(ev, n, DSOCK_BELL_DATA, &rang);
+	if (rang && atomic_load(&dsock_bell_sleepers) > 0)
+		ring_own_bell();
+	return n;
+}
+
+void dsock_bell_pass_on(int n, int max)
+{
+	/* (64: what one look at hidden data reports at most) */
+	if ((n >= max || n >= 64) && atomic_load(&dsock_bell_sleepers) >= 2)
+		ring_own_bell();
+}
+
