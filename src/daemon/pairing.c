@@ -43,7 +43,7 @@ static const int wait_ms[NWAITS] = { 4000, 300 };
 static struct dsock_hmap by_key; /* key -> the newest offer with it */
 static struct dsock_hmap by_end; /* (process, socket id) -> its offer */
 static struct dd_offer *qhead[NWAITS], *qtail[NWAITS];
-static unsigned long n_paired, n_kernel, n_pending;
+static unsigned long n_paired, n_kernel, n_pending, n_stale;
 
 static int64_t now_ms(void)
 {
@@ -119,16 +119,27 @@ static void unlink_offer(struct dd_offer *o)
 	n_pending--;
 }
 
-/* The waiting offer that o's proof proves o's other end, or NULL. */
-static struct dd_offer *find_mate(const struct dd_offer *o)
+/* The waiting offer that o's proof proves o's other end, or NULL (fd: o's
+ * socket).  A candidate whose socket is no longer what it was (reset, its
+ * addresses taken by o's connection) goes back to the kernel: it could
+ * only ever mirror connections that are not its own. */
+static struct dd_offer *find_mate(const struct dd_offer *o, int fd)
 {
 	uint64_t v;
 
 	if (!dsock_hmap_get(&by_key, o->id.mate_key, &v))
 		return NULL;
-	for (struct dd_offer *x = (struct dd_offer *)(uintptr_t)v; x; x = x->hnext)
-		if (x->proof == o->proof && x->prov == o->prov && o->proof->proves(&x->id, &o->id))
+	for (struct dd_offer *x = (struct dd_offer *)(uintptr_t)v, *next; x; x = next) {
+		next = x->hnext;
+		if (x->proof != o->proof || x->prov != o->prov || !o->proof->proves(&x->id, &o->id))
+			continue;
+		if (!o->proof->still || o->proof->still(&x->id, fd))
 			return x;
+		n_stale++;
+		unlink_offer(x);
+		answer_kernel(&x->to, x->sock_id, x->prov->transport, DSOCK_R_NOT_ESTABLISHED);
+		free(x);
+	}
 	return NULL;
 }
 
@@ -190,12 +201,14 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 	unsigned reason = !o.proof || !o.prov ? DSOCK_R_NO_TRANSPORT : o.proof->inspect(fd, &o.id);
 	struct dd_offer *x, *n;
 
-	close(fd);
 	if (reason != DSOCK_R_NONE) {
+		close(fd);
 		answer_kernel(to, m->sock_id, m->transport, reason);
 		return;
 	}
-	if ((x = find_mate(&o))) {
+	x = find_mate(&o, fd);
+	close(fd);
+	if (x) {
 		unlink_offer(x);
 		pair(x, &o);
 		free(x);
@@ -311,8 +324,9 @@ int dd_pairing_tick(void)
 }
 
 void dd_pairing_stats(unsigned long *paired, unsigned long *kernel, unsigned long *pending,
-		      unsigned long *live)
+		      unsigned long *live, unsigned long *stale)
 {
+	*stale = n_stale;
 	*paired = n_paired;
 	*kernel = n_kernel;
 	*pending = n_pending;

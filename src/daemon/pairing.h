@@ -47,6 +47,6 @@ void dd_pairing_forget(const struct dd_proc *p);
 int dd_pairing_tick(void);
 /* Counters for stat. */
 void dd_pairing_stats(unsigned long *paired, unsigned long *kernel, unsigned long *pending,
-		      unsigned long *live);
+		      unsigned long *live, unsigned long *stale);
 
 #endif

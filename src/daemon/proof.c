@@ -1,9 +1,18 @@
 /* The proof for connections within one network namespace: both ends in
  * the same namespace (SO_NETNS_COOKIE), two different sockets, each one's
- * local address the other's peer address, both ESTABLISHED TCP.  Within
- * one namespace the kernel allows one socket per 4-tuple, so the mirror
- * is the connection. */
+ * local address the other's peer address, both ESTABLISHED TCP, and both
+ * live at one instant.  Within one namespace the kernel holds one socket
+ * per 4-tuple at a time, so a live mirror is the connection.  Only at one
+ * instant: the end that offered first may have been reset since (its
+ * close not yet with us, or its owner not yet aware), and a new
+ * connection may reuse its addresses at once (no TIME_WAIT after a
+ * reset); that new connection's end would mirror the stale offer.  So
+ * the waiting end is looked up again when its mate offers (diag.c): the
+ * end offered now was ESTABLISHED a moment ago, the waiting one existed
+ * before it, and if the kernel still holds the waiting one under its
+ * addresses, both were live together. */
 #include "daemon/proof.h"
+#include "daemon/diag.h"
 #include "common/hmap.h"
 #include "common/reason.h"
 
@@ -71,8 +80,13 @@ static int netns_proves(const struct dd_ident *a, const struct dd_ident *b)
 	       dd_addr_same(&a->local, &b->peer) && dd_addr_same(&a->peer, &b->local);
 }
 
+static int netns_still(const struct dd_ident *a, int fd)
+{
+	return dd_diag_holds(fd, a->netns, a->cookie, a->ino, &a->local, &a->peer);
+}
+
 static const struct dd_proof proofs[] = {
-	{ DSOCK_PROOF_NETNS, "netns", netns_inspect, netns_proves },
+	{ DSOCK_PROOF_NETNS, "netns", netns_inspect, netns_proves, netns_still },
 };
 
 const struct dd_proof *dd_proof_get(unsigned id)

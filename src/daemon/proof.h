@@ -4,7 +4,7 @@
  * An offer names its proof (enum dsock_proof); each proof reads the
  * socket (inspect) and says under which key the other end's offer is
  * found (key, mate_key), and whether two candidates really are one
- * connection (proves). */
+ * connection (proves, then still: both sockets live at one instant). */
 #ifndef DSOCKD_PROOF_H
 #define DSOCKD_PROOF_H
 
@@ -28,8 +28,14 @@ struct dd_proof {
 	/* Reads the socket: DSOCK_R_NONE, or why it cannot be paired
 	 * (enum dsock_reason). */
 	unsigned (*inspect)(int fd, struct dd_ident *out);
-	/* 1 if a and b are proven the two ends of one connection. */
+	/* 1 if a and b are proven the two ends of one connection, as each
+	 * was when it was inspected. */
 	int (*proves)(const struct dd_ident *a, const struct dd_ident *b);
+	/* 1 if the socket of a waiting offer is still what it was when it was
+	 * inspected, asked where fd (the other end, offered now) lives: an
+	 * offer waits, and its socket may be reset and its addresses taken by
+	 * a new connection before its close reaches us. */
+	int (*still)(const struct dd_ident *a, int fd);
 };
 
 /* The proof of that id, or NULL. */

@@ -212,18 +212,18 @@ static int may_see(const struct ucred *who, uid_t owner)
 
 static int send_stat(struct dd_client *c)
 {
-	unsigned long paired, kernel, pending, live;
+	unsigned long paired, kernel, pending, live, stale;
 	char transports[512] = "";
 	int r;
 
-	dd_pairing_stats(&paired, &kernel, &pending, &live);
+	dd_pairing_stats(&paired, &kernel, &pending, &live, &stale);
 	dd_provision_stat(transports, sizeof(transports));
 	r = send_line(c->fd, "daemon pid=%d uid=%u version=%s uptime=%lds clients=%d procs=%zu "
 		      "accepted=%lu refused=%lu bad_msgs=%lu events=%lu paired=%lu kernel=%lu pending=%lu "
-		      "live=%lu%s",
+		      "live=%lu stale_offers=%lu%s",
 		      getpid(), getuid(), "0.1.0", (long)(time(NULL) - stats.start), nclients,
 		      dd_proc_count(), stats.accepted, stats.refused, stats.bad_msgs, stats.events,
-		      paired, kernel, pending, live, transports);
+		      paired, kernel, pending, live, stale, transports);
 	for (struct dd_proc *p = dd_proc_first(); p && !r; p = p->next) {
 		if (!may_see(&c->cred, p->uid))
 			continue;

@@ -426,3 +426,59 @@ STREAM_SCEN(thread_blocked_in_accept)
 	R("send", send(c, "x", 1, 0));
 	R("recv", recv((int)(long)r, &al, 1, 0));
 }
+
+/* A connection from the same client address and port as one that was
+ * reset a moment before (a reset leaves no TIME_WAIT: the addresses are
+ * free at once).  The old server end was offered to the daemon for the
+ * fast path and still waits for its mate when the new connection offers
+ * with the same addresses: it must not be taken for the new client's
+ * other end.  The old end's sends then fail as the kernel's do, and the
+ * new client reads only its own server's bytes. */
+static int client_from(int port, const struct sockaddr_in *to)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(connect(fd, (const struct sockaddr *)to, sizeof(*to)) == 0);
+	return fd;
+}
+
+SCEN(reused_addresses_after_reset)
+{
+	struct sockaddr_in l = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) }, p = l;
+	socklen_t ll = sizeof(l), pl = sizeof(p);
+	struct linger lg = { 1, 0 };
+	char b[64];
+	int lfd = socket(AF_INET, SOCK_STREAM, 0), t = socket(AF_INET, SOCK_STREAM, 0);
+
+	CHECK(bind(lfd, (struct sockaddr *)&l, sizeof(l)) == 0 && listen(lfd, 8) == 0);
+	CHECK(getsockname(lfd, (struct sockaddr *)&l, &ll) == 0);
+	CHECK(bind(t, (struct sockaddr *)&p, sizeof(p)) == 0 && getsockname(t, (struct sockaddr *)&p, &pl) == 0);
+	close(t); /* a free port for both clients */
+	int c1 = client_from(ntohs(p.sin_port), &l), s1 = accept(lfd, NULL, NULL);
+	for (int i = 0; i < 6; i++) /* s1 offers; c1 never does */
+		R("old server sends", send(s1, "x", 1, MSG_NOSIGNAL));
+	msleep(100);
+	R("old client SO_LINGER {1,0}", setsockopt(c1, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)));
+	R("old client close (reset)", close(c1));
+	msleep(100);
+	int c2 = client_from(ntohs(p.sin_port), &l), s2 = accept(lfd, NULL, NULL);
+	for (int i = 0; i < 6; i++) /* both new ends offer */
+		R("new client sends", send(c2, "a", 1, MSG_NOSIGNAL));
+	R("new server reads", read_all(s2, b, 6));
+	msleep(200);
+	for (int i = 0; i < 3; i++)
+		R("old server sends after the reset", send(s1, "EVIL", 4, MSG_NOSIGNAL));
+	R("new server sends", send(s2, "good!!", 6, MSG_NOSIGNAL));
+	R("new client reads", read_all(c2, b, 6));
+	out("new client read: %.6s", b);
+	out("new client poll: %s", pollname((unsigned)wait_fd(c2, POLLIN, 200)));
+	R("new client reads again", recv(c2, b, sizeof(b), MSG_DONTWAIT));
+	close(s1);
+	close(c2);
+	close(s2);
+	close(lfd);
+}

@@ -94,6 +94,47 @@ static void fail(struct conn *c, const char *what, uint64_t at)
 	errors++;
 }
 
+/* What the bytes from a wrong one on are: zeros, this stream's bytes from
+ * another offset (within 4 MiB: a ring's lap), or neither; and how far the
+ * difference goes, so that a report tells overwritten from stale memory. */
+static void explain(const struct conn *c, const unsigned char *buf, size_t n, size_t i)
+{
+	size_t k = n - i < 16 ? n - i : 16, zeros = 0, bad = 0, last_bad = i;
+	unsigned char want[16];
+	char got_hex[40] = "", want_hex[40] = "";
+
+	stream_bytes(c->id, c->rx + i, want, k);
+	for (size_t j = 0; j < k; j++) {
+		snprintf(got_hex + 2 * j, 3, "%02x", buf[i + j]);
+		snprintf(want_hex + 2 * j, 3, "%02x", want[j]);
+	}
+	for (size_t j = i; j < n; j++) {
+		unsigned char w;
+		stream_bytes(c->id, c->rx + j, &w, 1);
+		if (buf[j] != w) {
+			bad++;
+			last_bad = j;
+			zeros += !buf[j];
+		}
+	}
+	fprintf(stderr, "soak %s: stream %016llx: read of %zu at %llu, wrong from +%zu: got %s want %s; %zu wrong "
+		"(%zu of them zero), the last at +%zu\n", is_client ? "client" : "server", (unsigned long long)c->id, n,
+		(unsigned long long)c->rx, i, got_hex, want_hex, bad, zeros, last_bad);
+	if (k < 8)
+		return;
+	uint64_t at = c->rx + i, lo = at > (4u << 20) ? at - (4u << 20) : 0;
+	for (uint64_t p = lo; p < at + (4u << 20); p++) {
+		unsigned char s[16];
+		stream_bytes(c->id, p, s, k);
+		if (p != at && !memcmp(s, buf + i, k)) {
+			fprintf(stderr, "soak %s: stream %016llx: those bytes are the stream's at %llu (%+lld)\n",
+				is_client ? "client" : "server", (unsigned long long)c->id, (unsigned long long)p,
+				(long long)(p - at));
+			return;
+		}
+	}
+}
+
 /* Checks n received bytes at stream offset c->rx. */
 static int check(struct conn *c, const unsigned char *buf, size_t n)
 {
@@ -102,6 +143,7 @@ static int check(struct conn *c, const unsigned char *buf, size_t n)
 	for (size_t i = 0; i < n; i++)
 		if (buf[i] != want[i]) {
 			fail(c, "wrong byte", c->rx + i);
+			explain(c, buf, n, i);
 			return -1;
 		}
 	return 0;
