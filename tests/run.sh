@@ -148,7 +148,7 @@ step "faults: SIGKILL, dsockd restart, hostile peer, namespaces, killed peers" p
 step "resources: EMFILE, mmap failure, memory limit, fork storm" python3 tests/faults/test_resources.py "$BUILD"
 step "hand-over to programs without dsock: exec, SCM_RIGHTS" python3 tests/faults/test_handover.py "$BUILD"
 step "real programs under dsock" tests/apps/run_apps.sh "$BUILD"
-step "integrity soak: native, dsock, dsock going back to the kernel mid-stream, dsock with 10,000 connections (15 s each); 100,000 connections at once" \
+step "integrity soak: native, dsock, dsock going back to the kernel mid-stream, dsock with 10,000 connections, dsock with client ports reused at once (15 s each); 100,000 connections at once" \
 	tests/soak/run.sh "$BUILD" 15
 step "fuzzers: ring reader, control protocol (30 s each)" tests/fuzz/run.sh 30
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The integrity soak natively, under dsock, under dsock with every
 # connection going back to the kernel mid-stream (SOAK_ASLEEP=0 leaves that
-# out) and under dsock with 10,000 connections at a time (SOAK_MANY=0),
-# SECONDS each (default 15, the CI run; a long run: tests/soak/run.sh build
+# out), under dsock with 10,000 connections at a time (SOAK_MANY=0), and
+# under dsock with the client's ports reused within a fraction of a second
+# (SOAK_REUSE=0), SECONDS each (default 15, the CI run; a long run: tests/soak/run.sh build
 # 600).  All must end with zero errors; under
 # dsock the streams must really have used the rings (and gone back).
 # Then (SOAK_100K=0 leaves it out) 100,000 connections open at once under
@@ -50,14 +51,21 @@ watched() {
 # read, as one whose consumers sleep does (DSOCK_TEST_BACK_READS=1), with
 # bytes in flight.  "many": 10,000 connections at a time, both processes in epoll_wait, so that their links carry
 # the wake-ups; no fork helpers there (a fork refuses every pairing still
-# pending, and with 10,000 connections nearly all of them are).
-for mode in native dsock $([ "${SOAK_ASLEEP:-1}" = 1 ] && echo asleep) $([ "${SOAK_MANY:-1}" = 1 ] && echo many); do
+# pending, and with 10,000 connections nearly all of them are).  "reuse":
+# 1,000 connections at a time from a window of 1,100 client ports, so that
+# a new connection often has the addresses of one reset a moment before
+# (a reset leaves no TIME_WAIT) whose server end may still be offered.
+for mode in native dsock $([ "${SOAK_ASLEEP:-1}" = 1 ] && echo asleep) $([ "${SOAK_MANY:-1}" = 1 ] && echo many) \
+	$([ "${SOAK_REUSE:-1}" = 1 ] && echo reuse); do
 	rm -f "$TMP/report"
 	if [ $mode = native ]; then
 		watched $((SECS + 60)) "$SOAK" -s "$SECS" -r "$SEED" "$@"
 	elif [ $mode = many ]; then
 		DSOCK_FASTPATH_REPORT="$TMP/report" watched $((SECS + 120)) "$BUILD/bin/dsock" run -- \
 			"$SOAK" -s "$SECS" -r "$SEED" -e -c 10000 -f 0 "$@"
+	elif [ $mode = reuse ]; then
+		DSOCK_FASTPATH_REPORT="$TMP/report" watched $((SECS + 60)) "$BUILD/bin/dsock" run -- \
+			"$SOAK" -s "$SECS" -r "$SEED" -e -c 1000 -f 0 -p 1100 "$@"
 	else
 		DSOCK_FASTPATH_REPORT="$TMP/report" DSOCK_TEST_BACK_READS=$([ $mode = asleep ] && echo 1 || echo 0) \
 			watched $((SECS + 60)) "$BUILD/bin/dsock" run -- "$SOAK" -s "$SECS" -r "$SEED" "$@"
@@ -72,7 +80,7 @@ for mode in native dsock $([ "${SOAK_ASLEEP:-1}" = 1 ] && echo asleep) $([ "${SO
 	[ $mode = native ] && continue
 	read -r rings back < <(awk '{s += $2; b += $3} END {print s + 0, b + 0}' "$TMP/report" 2>/dev/null || echo 0 0)
 	echo "$mode: $rings connections moved bytes through the rings, $back of them went back to the kernel (seed $SEED)"
-	if [ "${rings:-0}" -lt $([ $mode = many ] && echo 1000 || echo 100) ]; then
+	if [ "${rings:-0}" -lt $(case $mode in many | reuse) echo 1000 ;; *) echo 100 ;; esac) ]; then
 		echo "too few connections on the fast path: the soak did not test it"
 		rc=1
 	fi

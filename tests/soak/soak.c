@@ -8,12 +8,14 @@
  * stream back, which the client checks.  A byte lost, duplicated,
  * reordered or delivered to another connection breaks the check.
  *
- *   soak [-s SECONDS] [-c CONCURRENT] [-m MAX_STREAM] [-r SEED] [-f N] [-a N] [-e]
+ *   soak [-s SECONDS] [-c CONCURRENT] [-m MAX_STREAM] [-r SEED] [-f N] [-a N] [-e] [-p PORTS]
  *   (-f: one step in N forks a helper, default 500; -a: one stream in N is
  *   cut short by the client, default 20; 0: never; -c: up to 16,384; -e:
  *   both processes wait in epoll_wait, level-triggered, instead of poll,
  *   which looks at every connection each time: with thousands of
- *   connections at once)
+ *   connections at once; -p: the client's connections come from a window
+ *   of PORTS ports below the ephemeral range, in turn, so that addresses
+ *   come back within a fraction of a second)
  *   SOAK_HOLD=1: a process that stalls sleeps 300 s before it reports, for
  *   a debugger (the report's own reads would change the state).
  *
@@ -274,16 +276,50 @@ static int step(struct conn *c, short rev)
 	return done(c);
 }
 
+/* -p: the client's connections come from a window of this many ports,
+ * taken in turn from port_base on, so that a port comes back within a
+ * fraction of a second, often right after a reset freed it (a reset
+ * leaves no TIME_WAIT): a new connection then has the 4-tuple of one that
+ * may still be offered for the fast path. */
+static unsigned port_window, port_next;
+static uint16_t port_base;
+
+/* A socket connected to a (from the next free port of the window, with
+ * -p), or -1. */
+static int connect_from_window(const struct sockaddr_in *a)
+{
+	for (unsigned tries = 0; tries < (port_window ? port_window : 1); tries++) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+		if (fd < 0)
+			return -1;
+		if (port_window) {
+			struct sockaddr_in me = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+						  .sin_port = htons((uint16_t)(port_base + port_next++ % port_window)) };
+			setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+			if (bind(fd, (struct sockaddr *)&me, sizeof(me)) < 0) {
+				close(fd);
+				continue; /* in use (a listener, a live connection) */
+			}
+		}
+		if (connect(fd, (const struct sockaddr *)a, sizeof(*a)) == 0)
+			return fd;
+		int e = errno;
+		close(fd);
+		if (!port_window || (e != EADDRNOTAVAIL && e != EADDRINUSE))
+			return -1;
+	}
+	errno = EADDRNOTAVAIL;
+	return -1;
+}
+
 /* The client's side of a new connection: header first, blocking. */
 static int client_open(const struct sockaddr_in *a, uint64_t max)
 {
 	struct conn *c = &cs[ncs];
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = connect_from_window(a);
 
-	if (fd < 0 || connect(fd, (const struct sockaddr *)a, sizeof(*a)) < 0) {
+	if (fd < 0) {
 		perror("soak client: connect");
-		if (fd >= 0)
-			close(fd);
 		return -1;
 	}
 	memset(c, 0, sizeof(*c));
@@ -591,7 +627,7 @@ int main(int argc, char **argv)
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t al = sizeof(a);
 
-	while ((opt = getopt(argc, argv, "s:c:m:r:f:a:e")) != -1) {
+	while ((opt = getopt(argc, argv, "s:c:m:r:f:a:ep:")) != -1) {
 		switch (opt) {
 		case 's': secs = atof(optarg); break;
 		case 'c': conc = atoi(optarg); break;
@@ -600,9 +636,10 @@ int main(int argc, char **argv)
 		case 'f': fork_one_in = (unsigned)atoi(optarg); break;
 		case 'a': abort_one_in = (unsigned)atoi(optarg); break;
 		case 'e': use_epoll = 1; break;
+		case 'p': port_window = (unsigned)atoi(optarg) > 30000 ? 30000 : (unsigned)atoi(optarg); break;
 		default:
 			fprintf(stderr, "usage: soak [-s SECONDS] [-c CONCURRENT] [-m MAX_STREAM] [-r SEED]\n"
-				"            [-f FORK_ONE_IN] [-a ABORT_ONE_IN] [-e]   (0: never)\n");
+				"            [-f FORK_ONE_IN] [-a ABORT_ONE_IN] [-e] [-p PORTS]   (0: never)\n");
 			return 2;
 		}
 	}
@@ -631,6 +668,7 @@ int main(int argc, char **argv)
 		close(lfd);
 		is_client = 1;
 		rng_state = seed;
+		port_base = (uint16_t)(20000 + seed % 10000);
 		run_loop(-1, &a, conc, max, secs, 0);
 		printf("soak: %lu streams (%lu aborted, %lu forked), %.1f MiB each way, %d errors\n",
 		       n_streams, n_aborted, n_forked, (double)bytes_moved / 1048576.0, errors);
