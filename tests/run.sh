@@ -97,12 +97,11 @@ conformance_kernel() {
 }
 
 # The experiments off by default, kept honest on every scenario: epoll
-# ghosts (src/lib/sock/eghost.c) and bells (src/lib/transport/shm/bell.c),
-# with the bells' known lost wake-up listed (docs/ARCHITECTURE.md, "Bells").
+# ghosts (src/lib/sock/eghost.c) and bells (src/lib/transport/shm/bell.c).
 conformance_ghosts() {
 	mkdir -p "$RUNDIR/ghosts"
 	DSOCK_FASTPATH=1 DSOCK_EPOLL_GHOSTS=1 DSOCK_BELLS=1 "$BUILD/tests/conformance" -j 2 -r "$RUNDIR/ghosts" \
-		-m 90 -k /epoll_sleeper_beside_nonblocking_poller -w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
+		-m 90 -w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
 }
 
 daemon_tests() {

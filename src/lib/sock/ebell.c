@@ -36,14 +36,13 @@ static void ring_own_bell(void)
 		return; /* (nonblocking; a full count is rung already) */
 }
 
-int dsock_bell_take_ring(struct epoll_event *ev, int n)
+int dsock_bell_take(struct epoll_event *ev, int n)
 {
 	int rang = 0;
 
-	n = dsock_events_take(ev, n, DSOCK_BELL_DATA, &rang);
-	if (rang && atomic_load(&dsock_bell_sleepers) > 0)
-		ring_own_bell();
-	return n;
+	/* (level-triggered: a look leaves the bell readable, and so the
+	 * kernel wakes a sleeper for it, until a sleeper arms it again) */
+	return dsock_events_take(ev, n, DSOCK_BELL_DATA, &rang);
 }
 
 void dsock_bell_pass_on(int n, int max)

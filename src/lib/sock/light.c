@@ -206,7 +206,7 @@ int dsock_light_bell(int epfd)
 		if (sets[i].belled != gen + 1) {
 			/* (a stale registration of an earlier bell file stays:
 			 * its events are ours too, and dropped) */
-			struct epoll_event e = { .events = EPOLLIN | EPOLLET, .data.u64 = DSOCK_BELL_DATA };
+			struct epoll_event e = { .events = EPOLLIN, .data.u64 = DSOCK_BELL_DATA };
 			if (sets[i].belled)
 				atomic_fetch_sub(&dsock_belled_sets, 1);
 			sets[i].belled = 0;

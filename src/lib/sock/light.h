@@ -81,15 +81,14 @@ void dsock_light_fork_child(void);
 /* Bells (docs/ARCHITECTURE.md, "Bells"): a poller about to sleep on a
  * set that holds the transports' bell sleeps with bell 1 (ready.h): its
  * producers ring the bell, once per burst, instead of sending a token
- * per message.  The bell is registered edge-triggered with
- * DSOCK_BELL_DATA, and only in a set that nothing else waits on: born
- * here after the last fork, never dup'd, nested, polled or selected as a
- * whole or sent away (as for ghosts; another waiter could take the edge
- * a sleeper waits for, or see our data), and taken out again before an
- * exec or spawn that the set survives (not close-on-exec).
- * dsock_bells_on: DSOCK_BELLS=1 (an experiment, off by default: a
- * sleeper beside a thread that polls its set without sleeping can be
- * left asleep, docs/ARCHITECTURE.md "Bells"). */
+ * per message.  The bell is registered level-triggered with
+ * DSOCK_BELL_DATA (only an arming sleeper drains it), and only in a set
+ * that nothing else waits on: born here after the last fork, never
+ * dup'd, nested, polled or selected as a whole or sent away (as for
+ * ghosts; another process's waiter would see our data), and taken out
+ * again before an exec or spawn that the set survives (not
+ * close-on-exec).  dsock_bells_on: DSOCK_BELLS=1 (an experiment, off by
+ * default). */
 #include <stdint.h>
 #include <sys/epoll.h>
 #define DSOCK_BELL_DATA 0xd50cbe11a6c3f70dULL
@@ -109,12 +108,12 @@ void dsock_bell_sleep_begin(void);
  * waits for a look (collect), or a token wakes its sleeper. */
 void dsock_sleep_end(int bell);
 /* The n events of a look that is no woken bell sleeper's, the bell's
- * taken out: the count left.  Such a look took the bell's edge (the
- * kernel gives it to one wait): a bell sleeper may be waiting for it,
- * and producers ring no more while rung stays set, so it rings again.
- * Only a bell sleeper that re-arms (clears rung, then takes the queues)
- * absorbs a ring. */
-int dsock_bell_take_ring(struct epoll_event *ev, int n);
+ * taken out: the count left.  The bell is registered level-triggered and
+ * only a sleeper that arms it drains it (the transport's before_sleep),
+ * so a look by another thread (a loop of zero-timeout waits beside a
+ * sleeper) never takes a ring that a sleeper waits for: the kernel wakes
+ * a waiter for it as long as it stays readable. */
+int dsock_bell_take(struct epoll_event *ev, int n);
 /* A sleeper woken by the bell reported n events of max while other
  * threads sleep with the bell: when it reported all it may, hidden data
  * may be left that one ring stood for (the kernel wakes another waiter

@@ -3,6 +3,7 @@
  * them out of a set they share; an exec closes them (close-on-exec), which
  * takes them out of every set. */
 #include "lib/sock/poke.h"
+#include "lib/sock/light.h"
 #include "lib/base/grow.h"
 #include "lib/base/real.h"
 
@@ -56,7 +57,7 @@ int dsock_events_take(struct epoll_event *ev, int n, uint64_t data, int *found)
 	return k;
 }
 
-int dsock_poke_take(int epfd, struct epoll_event *ev, int n, int *poked)
+int dsock_poke_take(int epfd, struct epoll_event *ev, int n, int *poked, int sleeper)
 {
 	int k;
 
@@ -64,6 +65,8 @@ int dsock_poke_take(int epfd, struct epoll_event *ev, int n, int *poked)
 	k = dsock_events_take(ev, n, DSOCK_POKE_DATA, poked);
 	if (!*poked)
 		return n;
+	if (!sleeper && dsock_light_sleeping(epfd, 0))
+		return k; /* (theirs: the kernel wakes one while it is there) */
 	pthread_mutex_lock(&poke_mu);
 	for (size_t i = 0; i < npokes;)
 		if (pokes[i].epfd == epfd) {

@@ -22,9 +22,12 @@ extern _Atomic int dsock_pokes;
 int dsock_events_take(struct epoll_event *ev, int n, uint64_t data, int *found);
 /* Wakes the threads asleep on epfd (one poke per set at a time). */
 void dsock_poke(int epfd);
-/* The events of a look at epfd, the pokes taken out (and epfd's pokes
- * removed): the count left.  *poked: one was there. */
-int dsock_poke_take(int epfd, struct epoll_event *ev, int n, int *poked);
+/* The events of a look at epfd, the pokes taken out: the count left.
+ * *poked: one was there.  epfd's pokes are removed by a sleeper's own
+ * look after its wait (sleeper), or by any look while no thread sleeps
+ * on epfd: a look by a thread that does not sleep there (a loop of
+ * zero-timeout waits) leaves them, level-triggered, for the sleepers. */
+int dsock_poke_take(int epfd, struct epoll_event *ev, int n, int *poked, int sleeper);
 /* Set from is known as set to from now on (ealias.c). */
 void dsock_poke_rekey(int from, int to);
 /* A fork child: the list stays (the sets are shared), its lock anew. */

@@ -292,9 +292,9 @@ static int kernel_look(int epfd, int kfd, struct epoll_event *ev, int max, long 
 	/* (a poke's hidden data is what our caller adds anyway; a ring's
 	 * entries are taken at this look or the next, before any sleep) */
 	if (n > 0 && atomic_load_explicit(&dsock_pokes, memory_order_relaxed))
-		n = dsock_poke_take(epfd, ev, n, &poked);
+		n = dsock_poke_take(epfd, ev, n, &poked, 0);
 	if (n > 0 && atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed))
-		n = dsock_bell_take_ring(ev, n);
+		n = dsock_bell_take(ev, n);
 	looked_epfd = epfd;
 	looked_ns = now;
 	if (n > 0)
@@ -325,9 +325,9 @@ static int filter_full(int epfd, int kfd, struct epoll_event *ev, int n, int max
 			break;
 		full = got == max - n;
 		if (atomic_load_explicit(&dsock_pokes, memory_order_relaxed))
-			got = dsock_poke_take(epfd, ev + n, got, &poked);
+			got = dsock_poke_take(epfd, ev + n, got, &poked, 0);
 		if (atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed))
-			got = dsock_bell_take_ring(ev + n, got);
+			got = dsock_bell_take(ev + n, got);
 		got = filter_spurious(epfd, ev + n, got);
 		/* a registration reported already: its events join that report
 		 * (an edge taken now is reported, not lost); registrations that
@@ -403,14 +403,6 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 
 	epfd = dsock_epset_key(epfd);
 	int blocking = kind == DSOCK_EPW_PWAIT2 ? !t || t->tv_sec || t->tv_nsec : timeout_ms != 0;
-
-	/* a look that never sleeps, on a set another thread sleeps on with
-	 * the bell: it may take the bell's edge and never arm it again (a
-	 * sleeper left asleep for good); such a set does without the bell
-	 * (its sleepers are poked and sleep on tokens) */
-	if (!blocking && atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed) > 0 &&
-	    atomic_load_explicit(&dsock_bell_sleepers, memory_order_relaxed) > 0 && dsock_light_sleeping(epfd, 0))
-		dsock_epset_no_ghosts(epfd);
 
 	if (max > 0 && atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0 &&
 	    ((n = epoll_now(epfd, kfd, ev, max, !blocking, 0, 1)) != 0 || !blocking))
@@ -492,6 +484,18 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	struct timespec left_ts;
 	long long wait_start = heavy ? dsock_mono_ns() : 0;
 	for (;;) {
+		/* the set lost the bell while we slept (a look that never
+		 * sleeps, a dup, a nesting: it pokes us): the links stay armed
+		 * for a bell nobody here waits on, rung perhaps and never rung
+		 * again.  From now on tokens wake us: the bells end (the queues
+		 * taken), and a look before the sleep */
+		if (bell && !dsock_light_bell(epfd)) {
+			dsock_sleep_end(1);
+			dsock_sleep_begin();
+			bell = 0;
+			if ((n = epoll_now(epfd, kfd, ev, max, 0, 0, 0)) != 0)
+				break;
+		}
 		/* writers parked while there is no room: a slice at a time
 		 * (their space token may have gone down another thread's drain) */
 		int sliced = blocking && atomic_load_explicit(&dsock_epoll_parked, memory_order_relaxed) > 0 &&
@@ -517,7 +521,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		if (atomic_load_explicit(&dsock_pokes, memory_order_relaxed)) {
 			/* poked: what it stands for is hidden data */
 			int poked;
-			n = dsock_poke_take(epfd, ev, n, &poked);
+			n = dsock_poke_take(epfd, ev, n, &poked, blocking);
 			if (poked && n == 0) {
 				if ((n = epoll_now(epfd, kfd, ev, max, 0, 0, 0)) != 0 || !blocking)
 					break;

@@ -13,8 +13,11 @@
  * either the poller took the entry before it slept or the producer saw
  * rung clear and rang (rung already set means a ring came after every
  * sleeper armed it, and each woken sleeper arms it again or returns to
- * look).  A thread that sleeps counted in dsock_sleepers (a blocking
- * receive, poll, a set without our bell) ends the bells too: tokens. */
+ * look).  The sets hold the bell level-triggered, and only an arming
+ * drains it: a look by a thread that does not sleep leaves a ring for the
+ * sleeper (the kernel wakes a waiter while the bell is readable).  A
+ * thread that sleeps counted in dsock_sleepers (a blocking receive, poll,
+ * a set without our bell) ends the bells too: tokens. */
 #include "lib/transport/shm/link_int.h"
 #include "lib/base/real.h"
 #include "lib/ctl/ctl.h"
@@ -86,6 +89,12 @@ void shm_link_arm_bells(void)
 		pthread_mutex_unlock(&shm_links_mu);
 		return;
 	}
+	/* drained first (the sets hold it level-triggered: it stays readable
+	 * until a sleeper arms it again, whatever other threads look); a
+	 * ring from here on wakes the sleep that follows */
+	uint64_t count;
+	if (dsock_real.read(atomic_load(&shm_own_bell), &count, sizeof(count)) < 0)
+		count = 0; /* (not rung: EAGAIN) */
 	for (struct shm_link *l = shm_links; l; l = l->next) {
 		shm_link_end_lease_locked(l);
 		if (l->broken || l->gone)
