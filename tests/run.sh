@@ -96,8 +96,8 @@ conformance_kernel() {
 	DSOCK_FASTPATH=0 "$BUILD/tests/conformance" -j 2 -w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
 }
 
-# The experiments off by default, kept honest on every scenario: epoll
-# ghosts (src/lib/sock/eghost.c) and bells (src/lib/transport/shm/bell.c).
+# Epoll ghosts (src/lib/sock/eghost.c), an experiment off by default, kept
+# honest on every scenario, with the bells (on by default) named too.
 conformance_ghosts() {
 	mkdir -p "$RUNDIR/ghosts"
 	DSOCK_FASTPATH=1 DSOCK_EPOLL_GHOSTS=1 DSOCK_BELLS=1 "$BUILD/tests/conformance" -j 2 -r "$RUNDIR/ghosts" \
