@@ -117,7 +117,50 @@ void dsock_epset_alias_forget(unsigned first, unsigned last)
 	pthread_mutex_unlock(&dsock_epset_mu);
 }
 
+/* Closes and dups of numbers that may be sets, one at a time.  A close
+ * forgets its set's records before the kernel closes the number (after
+ * it, the number may already be another set's); a dup in another thread
+ * that the kernel made just before that close, but whose alias came
+ * after the forgetting, would leave the copy an alias of a closed key
+ * with no records: the set's members unknown to our waits.  Bounded, as
+ * for a dup in a signal handler; a fork child starts with it free. */
+static pthread_mutex_t serial_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int dsock_epset_serial_enter(void)
+{
+	for (int i = 0; i < 1000; i++) {
+		if (!pthread_mutex_trylock(&serial_mu))
+			return 1;
+		sched_yield();
+	}
+	return 0;
+}
+
+void dsock_epset_serial_leave(int entered)
+{
+	if (entered)
+		pthread_mutex_unlock(&serial_mu);
+}
+
+/* Held across a fork (after dsock_epset_mu), so that the child never
+ * copies the table in the middle of a change (a grow frees the old
+ * array).  Bounded, as for a dup: a fork in a signal handler that
+ * interrupted this thread inside the lock goes on without it. */
+static int fork_locked;
+
+void dsock_epset_alias_fork_prepare(void)
+{
+	fork_locked = alias_lock_dup() == 0;
+}
+
+void dsock_epset_alias_fork_parent(void)
+{
+	if (fork_locked)
+		pthread_mutex_unlock(&alias_mu);
+}
+
 void dsock_epset_alias_fork_child(void)
 {
 	pthread_mutex_init(&alias_mu, NULL);
+	pthread_mutex_init(&serial_mu, NULL);
 }

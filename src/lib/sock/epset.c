@@ -553,11 +553,13 @@ void dsock_epset_fork_prepare(void)
 	dsock_light_unghost(-1);
 	dsock_epset_drop_ghosts(-1);
 	dsock_hidden_fork(0);
+	dsock_epset_alias_fork_prepare();
 }
 
 void dsock_epset_fork_parent(void)
 {
 	dsock_hidden_fork(1);
+	dsock_epset_alias_fork_parent();
 	pthread_mutex_unlock(&dsock_epset_mu);
 }
 

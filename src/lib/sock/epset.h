@@ -58,6 +58,16 @@ int dsock_epset_confirm(int epfd);
 int dsock_epset_key(int fd);
 /* newfd is a dup of oldfd: if an epoll set, an alias of oldfd's key. */
 void dsock_epset_dup(int oldfd, int newfd);
+/* Around the close or dup of a number that may be a set
+ * (dsock_setbit_maybe): one at a time, so that a dup in one thread and
+ * the close of its original in another never lose the set's records.
+ * enter returns what leave takes. */
+int dsock_epset_serial_enter(void);
+void dsock_epset_serial_leave(int entered);
+/* The alias table across a fork (from the epset's fork hooks, after
+ * dsock_epset_mu). */
+void dsock_epset_alias_fork_prepare(void);
+void dsock_epset_alias_fork_parent(void);
 void dsock_epset_alias_fork_child(void);
 /* 1 if fd is an epoll set with members dsock knows of. */
 int dsock_epset_is_set(int fd);

@@ -8,6 +8,7 @@
 #include "lib/base/real.h"
 #include "lib/transport/transport.h"
 #include "lib/sock/ready.h"
+#include "lib/sock/light.h"
 #include "common/proto.h"
 #include "common/reason.h"
 
@@ -256,9 +257,11 @@ int dsock_sock_close(int fd)
 		s = dsock_fdt_swap(fd, NULL);
 	}
 	/* any fd: an epoll set's number is reused once it is closed */
+	int serial = dsock_setbit_maybe(fd) && dsock_epset_serial_enter();
 	dsock_epoll_forget_fd(fd);
 	r = dsock_real.close(fd);
 	r = SYSRET(r);
+	dsock_epset_serial_leave(serial);
 	if (s && s != DSOCK_FDT_FAIL)
 		dsock_sock_put(s);
 	return r;
@@ -273,7 +276,7 @@ int dsock_sock_close_range(unsigned first, unsigned last, int flags)
 	return SYSRET(dsock_real.close_range(first, last, flags));
 }
 
-int dsock_sock_dup(int oldfd, int newfd, int flags, int how)
+static int dup_in(int oldfd, int newfd, int flags, int how)
 {
 	int r;
 	struct dsock_sock *s;
@@ -322,6 +325,18 @@ int dsock_sock_dup(int oldfd, int newfd, int flags, int how)
 		if (old)
 			dsock_sock_put(old);
 	}
+	return r;
+}
+
+int dsock_sock_dup(int oldfd, int newfd, int flags, int how)
+{
+	/* a dup of a set, or onto one (dup2, dup3: a close of newfd) */
+	int serial = (dsock_setbit_maybe(oldfd) ||
+		      ((how == DSOCK_DUP2 || how == DSOCK_DUP3) && newfd >= 0 && dsock_setbit_maybe(newfd))) &&
+		     dsock_epset_serial_enter();
+	int r = dup_in(oldfd, newfd, flags, how);
+
+	dsock_epset_serial_leave(serial);
 	return r;
 }
 
