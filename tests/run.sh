@@ -97,7 +97,7 @@ conformance_kernel() {
 }
 
 # Epoll ghosts (src/lib/sock/eghost.c), an experiment off by default, kept
-# honest on every scenario, with the bells (on by default) named too.
+# honest on every scenario, with the bells experiment on too.
 conformance_ghosts() {
 	mkdir -p "$RUNDIR/ghosts"
 	DSOCK_FASTPATH=1 DSOCK_EPOLL_GHOSTS=1 DSOCK_BELLS=1 "$BUILD/tests/conformance" -j 2 -r "$RUNDIR/ghosts" \

@@ -87,7 +87,8 @@ void dsock_light_fork_child(void);
  * dup'd, nested, polled or selected as a whole or sent away (as for
  * ghosts; another process's waiter would see our data), and taken out
  * again before an exec or spawn that the set survives (not
- * close-on-exec).  dsock_bells_on: unless DSOCK_BELLS=0. */
+ * close-on-exec).  dsock_bells_on: DSOCK_BELLS=1 (an experiment, off by
+ * default: docs/ARCHITECTURE.md "Bells"). */
 #include <stdint.h>
 #include <sys/epoll.h>
 #define DSOCK_BELL_DATA 0xd50cbe11a6c3f70dULL
