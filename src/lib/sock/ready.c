@@ -285,6 +285,20 @@ void dsock_sleep_begin(void)
 	dsock_transports_before_sleep(0);
 }
 
+/* A bell sleeper (*bell) whose set no longer holds the bell: the links
+ * stay armed for a bell nobody here waits on, rung perhaps and never rung
+ * again, so it sleeps on tokens from now on (the bells end, the queues
+ * taken).  1 if so. */
+static int bell_lost(int epfd, int *bell)
+{
+	if (!*bell || dsock_light_bell(epfd))
+		return 0;
+	dsock_sleep_end(1);
+	dsock_sleep_begin();
+	*bell = 0;
+	return 1;
+}
+
 static int kernel_look(int epfd, int kfd, struct epoll_event *ev, int max, long long now)
 {
 	ghost_since = dsock_ghost_since();
@@ -467,11 +481,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		/* the set lost the bell before we were registered (a dup, a
 		 * nesting in another thread): a plain sleep (one after we
 		 * were is poked: light.c) */
-		if (bell && !dsock_light_bell(epfd)) {
-			dsock_sleep_end(1);
-			dsock_sleep_begin();
-			bell = 0;
-		}
+		bell_lost(epfd, &bell);
 		if ((n = epoll_now(epfd, kfd, ev, max, 0, 0, 0)) != 0 || (n = dsock_epset_parked_ready(epfd, ev, max)) != 0) {
 			dsock_light_leave(&light);
 			dsock_sleep_end(bell);
@@ -484,18 +494,10 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	struct timespec left_ts;
 	long long wait_start = heavy ? dsock_mono_ns() : 0;
 	for (;;) {
-		/* the set lost the bell while we slept (a look that never
-		 * sleeps, a dup, a nesting: it pokes us): the links stay armed
-		 * for a bell nobody here waits on, rung perhaps and never rung
-		 * again.  From now on tokens wake us: the bells end (the queues
-		 * taken), and a look before the sleep */
-		if (bell && !dsock_light_bell(epfd)) {
-			dsock_sleep_end(1);
-			dsock_sleep_begin();
-			bell = 0;
-			if ((n = epoll_now(epfd, kfd, ev, max, 0, 0, 0)) != 0)
-				break;
-		}
+		/* the set lost the bell while we slept (a dup, a nesting: it
+		 * pokes us): a look before the sleep on tokens */
+		if (bell_lost(epfd, &bell) && (n = epoll_now(epfd, kfd, ev, max, 0, 0, 0)) != 0)
+			break;
 		/* writers parked while there is no room: a slice at a time
 		 * (their space token may have gone down another thread's drain) */
 		int sliced = blocking && atomic_load_explicit(&dsock_epoll_parked, memory_order_relaxed) > 0 &&
