@@ -111,7 +111,7 @@ __attribute__((constructor)) static void dsock_init(void)
 			dsock_log_level_parse(lvl) : DSOCK_LOG_WARN);
 	dsock_env_init();
 	dsock_epoll_ghosts_on = ghosts && !strcmp(ghosts, "1");
-	dsock_bells_on = bells && !strcmp(bells, "1");
+	dsock_bells_on = !(bells && !strcmp(bells, "0"));
 	program_name();
 	dsock_proc.enabled = !(off && *off && strcmp(off, "0")) && load_rules() == 0 &&
 			     dsock_rules_program_allowed(&dsock_proc.rules, dsock_proc.prog);

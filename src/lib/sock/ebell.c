@@ -12,7 +12,7 @@
 
 void dsock_bell_sleep_begin(void)
 {
-	atomic_fetch_add(&dsock_bell_sleepers, 1);
+	/* (counted in dsock_bell_sleepers by dsock_light_bell) */
 	dsock_renew_at = 0;
 	dsock_transports_before_sleep(1);
 }

@@ -567,6 +567,7 @@ void dsock_epset_fork_child(void)
 {
 	/* no thread but the forking one, and it is not asleep */
 	atomic_store(&dsock_sleepers, 0);
+	atomic_store(&dsock_bell_sleepers, 0);
 	dsock_hidden_fork(2);
 	dsock_light_fork_child();
 	dsock_poke_fork_child();

@@ -192,6 +192,20 @@ int dsock_light_unghost(int epfd)
 int dsock_bells_on;
 _Atomic int dsock_belled_sets;
 
+/* Registers the bell in set i (light_mu held): 1 if it holds it now. */
+static int bell_in_locked(size_t i, int bell, unsigned gen)
+{
+	struct epoll_event e = { .events = EPOLLIN, .data.u64 = DSOCK_BELL_DATA };
+
+	if (sets[i].belled == gen + 1)
+		return 1;
+	if (dsock_real.epoll_ctl(sets[i].epfd, EPOLL_CTL_ADD, bell, &e) < 0 && errno != EEXIST)
+		return 0;
+	sets[i].belled = gen + 1;
+	atomic_fetch_add(&dsock_belled_sets, 1);
+	return 1;
+}
+
 int dsock_light_bell(int epfd)
 {
 	unsigned gen;
@@ -203,22 +217,49 @@ int dsock_light_bell(int epfd)
 	pthread_mutex_lock(&light_mu);
 	size_t i = find_locked(epfd);
 	if (i < nsets && !sets[i].shared) {
-		if (sets[i].belled != gen + 1) {
-			/* (a stale registration of an earlier bell file stays:
-			 * its events are ours too, and dropped) */
-			struct epoll_event e = { .events = EPOLLIN, .data.u64 = DSOCK_BELL_DATA };
-			if (sets[i].belled)
-				atomic_fetch_sub(&dsock_belled_sets, 1);
-			sets[i].belled = 0;
-			if (dsock_real.epoll_ctl(epfd, EPOLL_CTL_ADD, bell, &e) == 0 || errno == EEXIST) {
-				sets[i].belled = gen + 1;
-				atomic_fetch_add(&dsock_belled_sets, 1);
-			}
+		/* one set at a time: an arming drains the one bell of the
+		 * process and takes every queue, so a sleeper on a second set
+		 * would lose the ring it waits for.  The bell moves only
+		 * while no thread holds it (bell sleepers are counted here,
+		 * under the lock, before they arm) */
+		size_t h = 0;
+		while (h < nsets && (h == i || !sets[h].belled))
+			h++;
+		if (h < nsets && atomic_load(&dsock_bell_sleepers) == 0)
+			unbell_locked(h), h = nsets;
+		if (h == nsets && bell_in_locked(i, bell, gen)) {
+			atomic_fetch_add(&dsock_bell_sleepers, 1);
+			r = 1;
 		}
-		r = sets[i].belled != 0;
 	}
 	pthread_mutex_unlock(&light_mu);
 	return r;
+}
+
+int dsock_light_belled(int epfd)
+{
+	unsigned gen;
+	int r = 0;
+
+	if (!atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed) || dsock_transports_bell(&gen) < 0)
+		return 0;
+	pthread_mutex_lock(&light_mu);
+	size_t i = find_locked(epfd);
+	r = i < nsets && sets[i].belled == gen + 1;
+	pthread_mutex_unlock(&light_mu);
+	return r;
+}
+
+void dsock_light_bell_replace(void (*swap)(void *), void *arg)
+{
+	/* its registrations go while the number still names the old file:
+	 * the file outlives our number (link peers hold it), and a set would
+	 * keep it, readable for good once rung */
+	pthread_mutex_lock(&light_mu);
+	for (size_t i = 0; i < nsets; i++)
+		unbell_locked(i);
+	swap(arg);
+	pthread_mutex_unlock(&light_mu);
 }
 
 void dsock_light_exec(void)
@@ -247,6 +288,30 @@ void dsock_light_cloexec(int epfd, int on)
 	pthread_mutex_unlock(&light_mu);
 }
 
+/* The uncounted sleepers on epfd (-1: on any set; cold: the cold ones
+ * only) count in dsock_sleepers from now on (light_mu held): how many. */
+static int promote_locked(int epfd, int cold)
+{
+	int n = 0;
+
+	for (struct dsock_light *l = lights; l; l = l->next)
+		if (l->light && !l->promoted && (cold ? l->light == 2 : epfd < 0 || l->epfd == epfd)) {
+			l->promoted = 1;
+			n++;
+		}
+	if (n)
+		atomic_fetch_add(&dsock_sleepers, n);
+	return n;
+}
+
+/* n were promoted (light_mu released): as a sleeper does on its way in,
+ * the leases end and the queues are taken (dsock_sleep_begin). */
+static void promoted(int n)
+{
+	if (n)
+		dsock_transports_before_sleep(0);
+}
+
 void dsock_light_member(int epfd, int delta, int nested)
 {
 	int n = 0;
@@ -256,18 +321,9 @@ void dsock_light_member(int epfd, int delta, int nested)
 	if (i < nsets)
 		sets[i].capable += delta;
 	if (delta > 0)
-		for (struct dsock_light *l = lights; l; l = l->next)
-			if (l->light && !l->promoted && (nested || l->epfd == epfd)) {
-				l->promoted = 1;
-				n++;
-			}
-	if (n)
-		atomic_fetch_add(&dsock_sleepers, n);
+		n = promote_locked(nested ? -1 : epfd, 0);
 	pthread_mutex_unlock(&light_mu);
-	/* as a sleeper does on its way in: the leases end, the queues are
-	 * taken (dsock_sleep_begin) */
-	if (n)
-		dsock_transports_before_sleep(0);
+	promoted(n);
 }
 
 static void enter_locked(int epfd, struct dsock_light *me, int light)
@@ -295,6 +351,27 @@ int dsock_light_enter(int epfd, struct dsock_light *me)
 		enter_locked(epfd, me, 1);
 	pthread_mutex_unlock(&light_mu);
 	return light;
+}
+
+int dsock_light_enter_cold(int epfd, struct dsock_light *me)
+{
+	pthread_mutex_lock(&light_mu);
+	enter_locked(epfd, me, 2);
+	pthread_mutex_unlock(&light_mu);
+	/* an attach counts itself, then promotes under light_mu: either it
+	 * saw us, or we see its count */
+	if (atomic_load(&dsock_fastpath_conns) == 0)
+		return 1;
+	dsock_light_leave(me);
+	return 0;
+}
+
+void dsock_light_attached(void)
+{
+	pthread_mutex_lock(&light_mu);
+	int n = promote_locked(-1, 1);
+	pthread_mutex_unlock(&light_mu);
+	promoted(n);
 }
 
 void dsock_light_enter_counted(int epfd, struct dsock_light *me)

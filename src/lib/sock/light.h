@@ -24,7 +24,8 @@
 
 struct dsock_light {
 	int epfd;
-	int light;    /* 0: counted in dsock_sleepers by itself */
+	int light;    /* 0: counted in dsock_sleepers by itself; 1: light;
+		       * 2: cold (dsock_light_enter_cold) */
 	int promoted; /* counted in dsock_sleepers on our behalf */
 	struct dsock_light *next, **pprev;
 };
@@ -70,6 +71,17 @@ int dsock_light_enter(int epfd, struct dsock_light *me);
  * last look at epfd: a socket with hidden data given to the set after that
  * look pokes it (poke.h). */
 void dsock_light_enter_counted(int epfd, struct dsock_light *me);
+/* A thread about to sleep on epfd (-1: in poll or select) while no
+ * connection of ours is on a transport sleeps *cold*: uncounted, but
+ * registered (me), so that the first attach promotes it before the
+ * connection's producer can announce instead of sending a token (another
+ * poller's lease, a bell).  0 (not registered) if a connection attached
+ * meanwhile: the caller sleeps as with one. */
+int dsock_light_enter_cold(int epfd, struct dsock_light *me);
+/* A connection attached (counted in dsock_fastpath_conns), before its
+ * producer may announce: cold sleepers count in dsock_sleepers from now
+ * on, and the leases end. */
+void dsock_light_attached(void);
 /* 1 if a thread is registered asleep on epfd (nested: epfd is a member of
  * another set, and any sleeper counts). */
 int dsock_light_sleeping(int epfd, int nested);
@@ -87,21 +99,30 @@ void dsock_light_fork_child(void);
  * dup'd, nested, polled or selected as a whole or sent away (as for
  * ghosts; another process's waiter would see our data), and taken out
  * again before an exec or spawn that the set survives (not
- * close-on-exec).  dsock_bells_on: DSOCK_BELLS=1 (an experiment, off by
- * default: docs/ARCHITECTURE.md "Bells"). */
+ * close-on-exec).  dsock_bells_on: unless DSOCK_BELLS=0. */
 #include <stdint.h>
 #include <sys/epoll.h>
 #define DSOCK_BELL_DATA 0xd50cbe11a6c3f70dULL
 extern int dsock_bells_on;
 /* Sets that hold the bell now: waits filter its events while > 0. */
 extern _Atomic int dsock_belled_sets;
-/* 1 if set epfd holds the bell (registered now if need be). */
+/* 1 if a thread about to sleep on set epfd may sleep with the bell: the
+ * set holds it (registered now if need be), counted in
+ * dsock_bell_sleepers until dsock_sleep_end(1).  One set of the process
+ * holds the bell at a time (an arming drains it for every set); it moves
+ * to another only while no thread sleeps with it. */
 int dsock_light_bell(int epfd);
+/* 1 if set epfd holds the bell now (no count taken). */
+int dsock_light_belled(int epfd);
+/* The transport replaces its bell's file at the same number (a new
+ * daemon's): every set lets go of the old file, then swap(arg) runs,
+ * under the sets' lock. */
+void dsock_light_bell_replace(void (*swap)(void *), void *arg);
 /* An exec or spawn: sets that it leaves open lose the bell for good. */
 void dsock_light_exec(void);
 
-/* ebell.c.  As dsock_sleep_begin (ready.h), for a poller whose set holds
- * the bell: counted in dsock_bell_sleepers. */
+/* ebell.c.  As dsock_sleep_begin (ready.h), for a poller that
+ * dsock_light_bell counted as a bell sleeper. */
 void dsock_bell_sleep_begin(void);
 /* A poller that counted itself (bell: as a bell sleeper) is up.  The
  * last bell sleeper up ends the bells: what is announced from then on

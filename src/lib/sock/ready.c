@@ -291,7 +291,7 @@ void dsock_sleep_begin(void)
  * taken).  1 if so. */
 static int bell_lost(int epfd, int *bell)
 {
-	if (!*bell || dsock_light_bell(epfd))
+	if (!*bell || dsock_light_belled(epfd))
 		return 0;
 	dsock_sleep_end(1);
 	dsock_sleep_begin();
@@ -426,10 +426,14 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	 * then lands on an awake core instead of paying a cross-core wake-up.
 	 * The kernel's epoll does all the work, so every epoll
 	 * semantic stays its own. */
-	int fast = max > 0 && atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) > 0;
+	struct dsock_light light;
+	/* no connection on a transport yet: a cold sleep, promoted by the
+	 * first attach (light.h) */
+	int cold = blocking && max > 0 && atomic_load(&dsock_fastpath_conns) == 0 &&
+		   dsock_light_enter_cold(epfd, &light);
+	int fast = !cold && max > 0 && atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) > 0;
 	/* a set that holds nothing a transport may carry: no spin, and a
 	 * sleep that ends no lease (light.h) */
-	struct dsock_light light;
 	int is_light = blocking && fast && dsock_light_enter(epfd, &light);
 	int heavy = blocking && fast && !is_light;
 	if (is_light)
@@ -570,7 +574,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		}
 	}
 	int e = errno;
-	if (heavy || is_light)
+	if (heavy || is_light || cold)
 		dsock_light_leave(&light);
 	if (heavy) {
 		dsock_sleep_end(bell);

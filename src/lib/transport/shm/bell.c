@@ -21,26 +21,41 @@
 #include "lib/transport/shm/link_int.h"
 #include "lib/base/real.h"
 #include "lib/ctl/ctl.h"
+#include "lib/sock/light.h"
 #include "lib/sock/ready.h"
 #include "common/proto.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
+struct own_swap {
+	int fd, old;
+};
+
+/* (under the sets' lock, their registrations of the old file gone) */
+static void own_swap(void *arg)
+{
+	struct own_swap *w = arg;
+
+	if (dsock_real.dup3(w->fd, w->old, O_CLOEXEC) == w->old)
+		dsock_real.close(w->fd);
+	else
+		atomic_store(&shm_own_bell, w->fd); /* (the old number stays ours) */
+	atomic_fetch_add(&shm_own_bell_gen, 1);
+}
+
 void shm_link_bell_result(const struct dsock_msg_result *r, int fd)
 {
 	unsigned gen = dsock_ctl_gen();
 
 	if (!r->link) { /* ours: a new daemon's replaces the last */
-		int old = atomic_load(&shm_own_bell);
-		if (old >= 0 && dsock_real.dup3(fd, old, O_CLOEXEC) == old) {
-			dsock_real.close(fd);
+		struct own_swap w = { fd, atomic_load(&shm_own_bell) };
+		if (w.old >= 0) {
+			dsock_light_bell_replace(own_swap, &w);
 		} else {
-			if (old >= 0)
-				return (void)dsock_real.close(fd);
 			atomic_store(&shm_own_bell, fd);
+			atomic_fetch_add(&shm_own_bell_gen, 1);
 		}
-		atomic_fetch_add(&shm_own_bell_gen, 1);
 		return;
 	}
 	pthread_mutex_lock(&shm_links_mu);
@@ -82,19 +97,22 @@ void shm_link_arm_bells(void)
 	if (!atomic_load_explicit(&shm_nlinks, memory_order_relaxed))
 		return;
 	pthread_mutex_lock(&shm_links_mu);
+	/* drained first (the sets hold it level-triggered: it stays readable
+	 * until a sleeper arms it again, whatever other threads look); a
+	 * ring from here on wakes the sleep that follows.  Only a sleeper on
+	 * the one set that holds the bell arms (light.h), and it looks at
+	 * that set after this */
+	uint64_t count;
+	int own = atomic_load(&shm_own_bell);
+	if (own >= 0 && dsock_real.read(own, &count, sizeof(count)) < 0)
+		count = 0; /* (not rung: EAGAIN) */
 	/* a thread asleep counted in dsock_sleepers (it counts itself
 	 * before it takes links_mu to end them) wants tokens */
-	if (atomic_load(&dsock_sleepers) > 0 || atomic_load(&shm_own_bell) < 0) {
+	if (atomic_load(&dsock_sleepers) > 0 || own < 0) {
 		shm_link_end_and_take_locked();
 		pthread_mutex_unlock(&shm_links_mu);
 		return;
 	}
-	/* drained first (the sets hold it level-triggered: it stays readable
-	 * until a sleeper arms it again, whatever other threads look); a
-	 * ring from here on wakes the sleep that follows */
-	uint64_t count;
-	if (dsock_real.read(atomic_load(&shm_own_bell), &count, sizeof(count)) < 0)
-		count = 0; /* (not rung: EAGAIN) */
 	for (struct shm_link *l = shm_links; l; l = l->next) {
 		shm_link_end_lease_locked(l);
 		if (l->broken || l->gone)

@@ -5,6 +5,7 @@
 #include "lib/base/exec_target.h"
 #include "lib/base/proc.h"
 #include "lib/base/real.h"
+#include "lib/sock/light.h"
 #include "lib/sock/ready.h"
 #include "lib/sock/solo.h"
 #include "common/hmap.h"
@@ -247,9 +248,12 @@ static void attach(struct dsock_sock *s, const struct shm_given *g)
 		return;
 	}
 	DSOCK_DBG("sock %llu attached as side %d, ring %u bytes", (unsigned long long)s->id, g->side, g->size);
+	/* counted, and cold sleepers promoted, before the link can carry
+	 * an announcement of ours (light.h) */
+	shm_fast_count(c);
+	dsock_light_attached();
 	shm_link_join(c, g->link, g->link_side, g->gen);
 	shm_asleep_count(c, 1);
-	shm_fast_count(c);
 	atomic_store(&c->attaching, 0);
 	pthread_mutex_unlock(&c->mu);
 }

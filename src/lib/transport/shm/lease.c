@@ -123,6 +123,21 @@ static int token_in_kernel(struct shm_conn *c, int fd)
 	return dsock_real.ioctl(fd, SIOCINQ, &inq) == 0 && inq > 0;
 }
 
+/* The ring looked empty (on 0) or not: our pollers look at it, or not.
+ * A poller of ours that takes an announcement sets the flag for data
+ * that came after our look, and our clear must not undo that: so a clear
+ * is followed by a second look (the flag's writers take one lock in
+ * turn: either the setter ran before our clear, and its data shows to
+ * the second look, or after it). */
+static void hidden_after_look(struct shm_conn *c, int on)
+{
+	uint64_t head;
+
+	dsock_hidden_set(c->sock, &c->unbacked, on);
+	if (!on && rx_avail(c, &head) != 0)
+		dsock_hidden_set(c->sock, &c->unbacked, 1);
+}
+
 /* Leaving the consumer side: no longer polling; keep the readiness the
  * kernel shows honest (a token backs every non-empty ring, or we note that
  * none does).  Returns 1 on kernel EOF, -errno on a kernel error, else 0. */
@@ -139,8 +154,12 @@ int shm_rx_settle(struct shm_conn *c, int fd)
 		avail = rx_avail(c, &head);
 		drained = 1;
 	}
-	/* Data with no token behind it is hidden from the kernel's readiness. */
-	dsock_hidden_set(c->sock, &c->unbacked, avail > 0 && (drained || !token_in_kernel(c, fd)));
+	/* Data with no token behind it is hidden from the kernel's readiness
+	 * (data with one the kernel shows) */
+	if (avail == 0)
+		hidden_after_look(c, 0);
+	else
+		dsock_hidden_set(c->sock, &c->unbacked, drained || !token_in_kernel(c, fd));
 	return k;
 }
 
@@ -237,7 +256,7 @@ void shm_settle_lingering(void)
 			linger[kept++] = c;
 			continue;
 		}
-		dsock_hidden_set(c->sock, &c->unbacked, rx_avail(c, &head) != 0);
+		hidden_after_look(c, rx_avail(c, &head) != 0);
 		c->lingering = 0;
 		c->settling = 0;
 		shm_unlock(&c->rx->rx_lock);
