@@ -2,6 +2,7 @@
  * "Bells"): counting bell sleepers, and ringing this process's own bell
  * where a look took an edge that a sleeper waits for. */
 #include "lib/sock/light.h"
+#include "lib/sock/epset.h"
 #include "lib/sock/poke.h"
 #include "lib/sock/ready.h"
 #include "lib/base/real.h"
@@ -10,11 +11,28 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-void dsock_bell_sleep_begin(void)
+void dsock_bell_arm(int epfd)
+{
+	dsock_transports_before_sleep(1);
+	if (atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed) < 2)
+		return;
+	/* (the sets' lock, then the records': never both at once) */
+	int n = dsock_light_bell_others(epfd, NULL, 0);
+	if (n <= 0)
+		return;
+	int others[n], got = dsock_light_bell_others(epfd, others, n);
+	if (got < n)
+		n = got; /* (more since: they looked after registering) */
+	for (int i = 0; i < n; i++)
+		if (dsock_epset_readable(others[i]))
+			dsock_poke(others[i]);
+}
+
+void dsock_bell_sleep_begin(int epfd)
 {
 	/* (counted in dsock_bell_sleepers by dsock_light_bell) */
 	dsock_renew_at = 0;
-	dsock_transports_before_sleep(1);
+	dsock_bell_arm(epfd);
 }
 
 void dsock_sleep_end(int bell)

@@ -217,17 +217,8 @@ int dsock_light_bell(int epfd)
 	pthread_mutex_lock(&light_mu);
 	size_t i = find_locked(epfd);
 	if (i < nsets && !sets[i].shared) {
-		/* one set at a time: an arming drains the one bell of the
-		 * process and takes every queue, so a sleeper on a second set
-		 * would lose the ring it waits for.  The bell moves only
-		 * while no thread holds it (bell sleepers are counted here,
-		 * under the lock, before they arm) */
-		size_t h = 0;
-		while (h < nsets && (h == i || !sets[h].belled))
-			h++;
-		if (h < nsets && atomic_load(&dsock_bell_sleepers) == 0)
-			unbell_locked(h), h = nsets;
-		if (h == nsets && bell_in_locked(i, bell, gen)) {
+		/* counted here, under the lock, before the thread arms */
+		if (bell_in_locked(i, bell, gen)) {
 			atomic_fetch_add(&dsock_bell_sleepers, 1);
 			r = 1;
 		}
@@ -248,6 +239,27 @@ int dsock_light_belled(int epfd)
 	r = i < nsets && sets[i].belled == gen + 1;
 	pthread_mutex_unlock(&light_mu);
 	return r;
+}
+
+int dsock_light_bell_others(int epfd, int *out, int cap)
+{
+	unsigned gen;
+	int n = 0;
+
+	if (dsock_transports_bell(&gen) < 0)
+		return 0;
+	pthread_mutex_lock(&light_mu);
+	for (size_t i = 0; i < nsets; i++) {
+		if (sets[i].epfd == epfd || sets[i].belled != gen + 1)
+			continue;
+		struct dsock_light *l = lights;
+		while (l && l->epfd != sets[i].epfd)
+			l = l->next;
+		if (l && n++ < cap)
+			out[n - 1] = sets[i].epfd;
+	}
+	pthread_mutex_unlock(&light_mu);
+	return n;
 }
 
 void dsock_light_bell_replace(void (*swap)(void *), void *arg)

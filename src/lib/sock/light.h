@@ -108,10 +108,11 @@ extern int dsock_bells_on;
 extern _Atomic int dsock_belled_sets;
 /* 1 if a thread about to sleep on set epfd may sleep with the bell: the
  * set holds it (registered now if need be), counted in
- * dsock_bell_sleepers until dsock_sleep_end(1).  One set of the process
- * holds the bell at a time (an arming drains it for every set); it moves
- * to another only while no thread sleeps with it. */
+ * dsock_bell_sleepers until dsock_sleep_end(1). */
 int dsock_light_bell(int epfd);
+/* The sets other than epfd that hold the bell and have a thread
+ * registered asleep: how many (the first cap of them in out). */
+int dsock_light_bell_others(int epfd, int *out, int cap);
 /* 1 if set epfd holds the bell now (no count taken). */
 int dsock_light_belled(int epfd);
 /* The transport replaces its bell's file at the same number (a new
@@ -122,8 +123,14 @@ void dsock_light_bell_replace(void (*swap)(void *), void *arg);
 void dsock_light_exec(void);
 
 /* ebell.c.  As dsock_sleep_begin (ready.h), for a poller that
- * dsock_light_bell counted as a bell sleeper. */
-void dsock_bell_sleep_begin(void);
+ * dsock_light_bell counted as a bell sleeper on set epfd. */
+void dsock_bell_sleep_begin(int epfd);
+/* A bell sleeper on set epfd arms the bell (drains it, takes the queues).
+ * One bell serves every set that holds it, so what it drained and took
+ * may be another set's: each other set holding the bell that has a
+ * sleeper and data to report is poked (its wait may have found the bell
+ * drained already). */
+void dsock_bell_arm(int epfd);
 /* A poller that counted itself (bell: as a bell sleeper) is up.  The
  * last bell sleeper up ends the bells: what is announced from then on
  * waits for a look (collect), or a token wakes its sleeper. */

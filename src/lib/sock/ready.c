@@ -478,7 +478,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		/* about to sleep: end the leases (or arm the bell), register
 		 * (poke.h), then look once more */
 		if (bell)
-			dsock_bell_sleep_begin();
+			dsock_bell_sleep_begin(epfd);
 		else
 			dsock_sleep_begin();
 		dsock_light_enter_counted(epfd, &light);
@@ -550,7 +550,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			 * sleep without: a ring left unanswered stays rung,
 			 * and nothing rings it again.) */
 			if (bell)
-				dsock_transports_before_sleep(1);
+				dsock_bell_arm(epfd);
 			if ((n = epoll_now(epfd, kfd, ev, max, 0, 0, 0)) != 0 || !blocking) {
 				if (bell)
 					dsock_bell_pass_on(n, max);
