@@ -39,6 +39,12 @@ struct dd_offer {
  * queue per wait: each is in expiry order, so a tick looks at heads only. */
 enum { WAIT_LIKELY, WAIT_UNLIKELY, NWAITS };
 static const int wait_ms[NWAITS] = { 4000, 300 };
+/* A daemon that is behind (messages were waiting at its last look) may
+ * not have read the mate's offer yet: a likely offer then waits up to
+ * this much longer (a burst of 100,000 connections keeps the daemon busy
+ * for seconds, and mates whose offers came seconds apart in its queues
+ * both went to the kernel).  Still below the library's give-up (10 s). */
+#define BEHIND_GRACE_MS 4000
 
 static struct dsock_hmap by_key; /* key -> the newest offer with it */
 static struct dsock_hmap by_end; /* (process, socket id) -> its offer */
@@ -304,21 +310,22 @@ void dd_pairing_forget(const struct dd_proc *p)
 		}
 }
 
-int dd_pairing_tick(void)
+int dd_pairing_tick(int behind)
 {
 	int64_t now = now_ms(), next = -1;
 
 	for (int w = 0; w < NWAITS; w++) {
 		struct dd_offer *x;
+		int64_t grace = behind && w == WAIT_LIKELY ? BEHIND_GRACE_MS : 0;
 
-		while ((x = qhead[w]) && x->expire_ms <= now) {
+		while ((x = qhead[w]) && x->expire_ms + grace <= now) {
 			unlink_offer(x);
 			answer_kernel(&x->to, x->sock_id, x->prov->transport,
 				      x->role == DSOCK_OFFER_CONNECT ? DSOCK_R_PEER_TIMEOUT : DSOCK_R_PEER_PLAIN);
 			free(x);
 		}
-		if (x && (next < 0 || x->expire_ms - now < next))
-			next = x->expire_ms - now;
+		if (x && (next < 0 || x->expire_ms + grace - now < next))
+			next = x->expire_ms + grace - now;
 	}
 	return (int)next;
 }

@@ -43,8 +43,10 @@ struct dd_peer_id {
 int dd_pairing_peer_of(int fd, struct dd_peer_id *out);
 /* Forgets the offers of a process that left. */
 void dd_pairing_forget(const struct dd_proc *p);
-/* Expires offers; returns ms until the next expiry, or -1 when none. */
-int dd_pairing_tick(void);
+/* Expires offers (behind: the daemon's last look found messages waiting,
+ * and likely offers get a grace); returns ms until the next expiry, or -1
+ * when none. */
+int dd_pairing_tick(int behind);
 /* Counters for stat. */
 void dd_pairing_stats(unsigned long *paired, unsigned long *kernel, unsigned long *pending,
 		      unsigned long *live, unsigned long *stale);

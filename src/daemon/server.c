@@ -546,13 +546,17 @@ int dd_serve(int lfd, const struct dd_config *cfg)
 	ev.data.u32 = SLOT_SIGNALS;
 	epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev);
 	DSOCK_INFO("serving on %s", cfg->socket_path);
+	int behind = 0;
 	while (!stop) {
 		struct epoll_event evs[64];
-		int t = dd_pairing_tick();
+		int t = dd_pairing_tick(behind);
 		/* outboxes that wait for fds in flight are tried every few ms */
 		if (nbacklogged && (t < 0 || t > OUT_RETRY_MS))
 			t = OUT_RETRY_MS;
 		int n = epoll_wait(ep, evs, 64, t);
+		/* (a look that found work: the mates of expiring offers may be
+		 * among what waits; a timeout means nothing did) */
+		behind = n > 0;
 
 		for (int i = 0; i < n && !stop; i++) {
 			uint32_t slot = evs[i].data.u32;

@@ -143,7 +143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			stats.bad_msgs++;
 			drop_client(slot);
 		}
-		dd_pairing_tick();
+		dd_pairing_tick(0);
 	}
 	for (int s = 0; s < NCLI; s++)
 		if (clients[s].fd >= 0)

@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PENDING_GIVE_UP_MS 5000 /* the daemon always answers well before */
+#define PENDING_GIVE_UP_MS 10000 /* the daemon always answers well before */
 
 /* Connections due to offer or offered and waiting for a RESULT (a fork
  * refuses them all), and the offered ones by socket id, for the RESULT to
