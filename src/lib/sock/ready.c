@@ -25,9 +25,6 @@ __thread unsigned dsock_sleep_gen;
 /* How long a poller or a receiver polls before it sleeps (DSOCK_SPIN_US). */
 int64_t dsock_spin_ns = 50000;
 
-#define PROBE_EVERY_NS 200000LL    /* a spinning thread probes this often */
-#define YIELD_BUSY_NS 10000LL       /* a sched_yield this long: another thread ran */
-#define CONTENDED_FOR_NS 5000000LL  /* then spin briefly for this long */
 #define COURTESY_NS 20000LL         /* a spinner that keeps finding its data yields this often */
 #define KERNEL_LOOK_NS 1000LL       /* a spinning epoll asks the kernel this often, */
 #define KERNEL_LOOK_MAX_NS 8000LL   /* or up to this while its looks find nothing */
@@ -35,8 +32,7 @@ int64_t dsock_spin_ns = 50000;
 #define PURE_SPIN_NS 2000LL         /* and yields on every round after this long */
 #define PARK_SLICE_NS 5000000LL     /* a sleeping epoll looks at parked writers this often */
 
-static __thread long long probe_at, contended_until, courtesy_at;
-static __thread int busy_yields; /* in a row: a kworker's blip is not contention */
+static __thread long long courtesy_at;
 
 #define SCORE_ONE 1024        /* a spin that found something */
 #define SCORE_MIN 256         /* spin while a quarter of them do */
@@ -61,38 +57,12 @@ void dsock_spin_outcome(int found)
 	spin_score += ((found ? SCORE_ONE : 0) - spin_score) >> SCORE_SHIFT;
 }
 
-int dsock_spin_yield(long long now_ns)
+void dsock_spin_courtesy(long long now_ns)
 {
-	sched_yield();
-	if (dsock_mono_ns() - now_ns <= YIELD_BUSY_NS) {
-		busy_yields = 0;
-		return 0;
-	}
-	if (++busy_yields >= 2)
-		contended_until = now_ns + CONTENDED_FOR_NS;
-	return 1;
-}
-
-int dsock_spin_seen_contention(long long now_ns)
-{
-	return now_ns < contended_until;
-}
-
-int dsock_spin_contended(long long now_ns)
-{
-	if (now_ns < contended_until)
-		return 1;
-	if (now_ns >= probe_at) {
-		probe_at = now_ns + PROBE_EVERY_NS;
-		courtesy_at = now_ns + COURTESY_NS;
-		return dsock_spin_yield(now_ns);
-	}
 	if (now_ns >= courtesy_at) {
-		/* (not a probe: whether others ran says nothing here) */
 		courtesy_at = now_ns + COURTESY_NS;
 		sched_yield();
 	}
-	return 0;
 }
 
 int dsock_ready_spurious_in(int fd)
@@ -441,7 +411,9 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	if (heavy) {
 		long long t0 = dsock_mono_ns(), tn = t0;
 		long long kernel_at = epfd == looked_epfd && looked_ns ? looked_ns + look_every : t0;
-		long long budget = dsock_spin_ns && !dsock_spin_contended(t0) ? dsock_spin_ns : -1;
+		long long budget = dsock_spin_ns ? dsock_spin_ns : -1;
+		if (dsock_spin_ns)
+			dsock_spin_courtesy(t0);
 		int spins = 0;
 		/* (no spin: the look after the settle below is the only one).
 		 * The buffers of lingering receivers are looked at on every round,
@@ -463,10 +435,11 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			tn = dsock_mono_ns();
 			if (timeout_ms > 0 && tn - t0 >= timeout_ms * 1000000LL)
 				break;
-			/* more runnable threads than cores: let them run, and
-			 * stop spinning once they do */
-			if (tn - t0 >= PURE_SPIN_NS && dsock_spin_yield(tn))
-				break;
+			/* past the pure spin every round yields: with more
+			 * runnable threads than cores the others run in it, and
+			 * the wait goes on (ready.h) */
+			if (tn - t0 >= PURE_SPIN_NS)
+				sched_yield();
 		}
 		if (spins)
 			dsock_spin_outcome(0);

@@ -94,21 +94,16 @@ void dsock_hidden_fork(int phase);
 extern int64_t dsock_spin_ns;
 
 /* Spinning politely.  A spinner that never blocks starves the other
- * processes when there are more runnable threads than CPUs.  So every
- * spinning thread probes now and then (a sched_yield that takes more than
- * a few microseconds means another thread ran) and, once it has seen
- * contention, spins only briefly and sleeps for the next 5 ms.  A spinner
- * whose data always comes within its pure spin never reaches a yield, and
- * starves the others all the same, so every 20 us a wait that may spin
- * starts with one (docs/ARCHITECTURE.md, "Design decisions and
- * measurements").
- * dsock_spin_contended: 1 if the caller should not spin beyond a short pure
- * spin (it probes when due, and yields when courtesy is due).
- * dsock_spin_yield: yields; 1 if others ran. */
-int dsock_spin_contended(long long now_ns);
-int dsock_spin_yield(long long now_ns);
-/* 1 if this thread saw contention lately (no probe). */
-int dsock_spin_seen_contention(long long now_ns);
+ * processes when there are more runnable threads than CPUs, so past a
+ * short pure spin every round of a spin yields.  With more runnable
+ * threads than CPUs the others run in those yields and the spin goes on
+ * until its budget: the thread it waits for may be one of them, and its
+ * data then lands with no wake-up, where a sleep would cost it a token
+ * and us a wake-up.  A spinner whose data always comes within its pure
+ * spin never reaches a yield, and starves the others all the same, so
+ * every 20 us a wait that may spin starts with one: dsock_spin_courtesy
+ * (docs/ARCHITECTURE.md, "Design decisions and measurements"). */
+void dsock_spin_courtesy(long long now_ns);
 
 /* Spinning only where it pays, learnt per thread: a spin that ends with
  * something to read saves a sleep and a wake-up, one that runs out spends

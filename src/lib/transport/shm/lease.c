@@ -193,15 +193,11 @@ int shm_rx_leave(struct shm_conn *c, int fd)
 	    (__atomic_load_n(&nlinger, __ATOMIC_RELAXED) < LINGER_FEW || !shm_link_polled(c, now)) &&
 	    !__atomic_load_n(&c->peer->closing, __ATOMIC_ACQUIRE)) {
 		uint64_t head;
-		/* DSOCK_LEASE_US while this thread has its core (an event loop
-		 * that serves many connections comes back to each later than
-		 * 50 us); at most 50 us when more threads are runnable than
-		 * there are cores: a consumer that lost its core is better woken
-		 * by a token (a long lease there hurts the tail latency) */
-		int64_t lease = shm_lease_ns;
-		if (lease > SHORT_LEASE_NS && dsock_spin_seen_contention(now))
-			lease = SHORT_LEASE_NS;
-		shm_lease(c, now + lease);
+		/* DSOCK_LEASE_US (an event loop that serves many connections
+		 * comes back to each later than 50 us), crowded cores or not:
+		 * a consumer that lost its core is runnable already, and a
+		 * token would only add a system call to each side */
+		shm_lease(c, now + shm_lease_ns);
 		/* tokens that came while we were away, for data now read: drain
 		 * them, or the kernel shows a readable socket with nothing to read
 		 * (to pollers we do not see, to a nested epoll, to close: RST) */

@@ -416,8 +416,6 @@ void shm_link_collect(int64_t now)
 	if (dsock_anyone_sleeps())
 		now = 0;
 	int64_t lease = shm_lease_ns;
-	if (now && lease > SHORT_LEASE_NS && dsock_spin_seen_contention(now))
-		lease = SHORT_LEASE_NS;
 	for (struct shm_link *l = shm_links; l; l = l->next) {
 		if (l->broken)
 			continue;

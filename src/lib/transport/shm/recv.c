@@ -530,24 +530,21 @@ again:
 			break;
 		}
 		if (!spin_end) {
-			/* (no probe when there is no spin to shorten) */
 			int64_t budget = dsock_spin_worth() ? dsock_spin_ns : 0;
-			if (budget > SPIN_PURE_NS && dsock_spin_contended(t_now))
-				budget = SPIN_PURE_NS;
+			if (budget > SPIN_PURE_NS)
+				dsock_spin_courtesy(t_now);
 			spin_start = t_now;
 			spin_end = t_now + budget;
 		}
 		if (t_now < spin_end) {
 			/* a few microseconds of pure spinning, then yield on
-			 * every round: with more runnable threads than cores
-			 * the peer we wait for may need this very core */
+			 * every round (at once when the peer shares our CPU):
+			 * with more runnable threads than cores the peer we
+			 * wait for may need this very core, and runs in our
+			 * yields (see ready.h) */
 			if (t_now - spin_start >= SPIN_PURE_NS ||
 			    __atomic_load_n(&c->peer->cpu, __ATOMIC_RELAXED) == (uint32_t)sched_getcpu() + 1) {
-				/* (at once when the peer shares our CPU); a yield that
-				 * let others run means more runnable threads than
-				 * CPUs: then we sleep instead (see ready.h) */
-				if (dsock_spin_yield(t_now))
-					spin_end = t_now;
+				sched_yield();
 			} else {
 				shm_spin_watch(c, head);
 			}
