@@ -370,6 +370,19 @@ try:
           len(nat) == 8 and len(got) == 8 and nat[1] == "0" and got[1] == "1" and nat[7] == "0" and got[7] == "0" and
           int(got[3]) > 1000, (nat, r.stdout, r.stderr[-400:]))
 
+    # 11: an idle epoll loop after its client's last message and close came
+    # in one wake (a bell rung then, and never drained, made every later
+    # wait return at once: 100 % CPU while idle)
+    idle = os.path.join(tmp, "idle_bell")
+    subprocess.run(["cc", "-O2", "-D_GNU_SOURCE", "-o", idle, os.path.join(HERE, "idle_bell.c")], check=True)
+    nat = subprocess.run([idle, "5"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([DSOCK, "run", "--", idle, "5"], env=env, capture_output=True, text=True, timeout=60)
+    got = r.stdout.split()
+    check("11. an idle epoll loop after a last message and close in one wake: < 60 ms CPU in a 300 ms wait "
+          "(worst of 5: native %s ms, dsock %s ms)" % (nat.stdout.strip(), r.stdout.strip()),
+          nat.returncode == 0 and r.returncode == 0 and len(got) == 1 and int(got[0]) < 60,
+          (nat.stdout, r.stdout, r.stderr[-400:]))
+
     r, rings, _ = run(STORM)
     out = r.stdout.split()
     check("4. fork storm: the shared connection byte-exact, 100 children fine",

@@ -63,6 +63,20 @@ int dsock_bell_take(struct epoll_event *ev, int n)
 	return dsock_events_take(ev, n, DSOCK_BELL_DATA, &rang);
 }
 
+void dsock_bell_unclaimed(void)
+{
+	unsigned gen;
+	uint64_t count;
+	int fd;
+
+	if (atomic_load(&dsock_bell_sleepers) || (fd = dsock_transports_bell(&gen)) < 0)
+		return;
+	if (dsock_real.read(fd, &count, sizeof(count)) < 0)
+		return; /* (nonblocking: drained already) */
+	if (atomic_load(&dsock_bell_sleepers))
+		ring_own_bell();
+}
+
 void dsock_bell_pass_on(int n, int max)
 {
 	/* (64: what one look at hidden data reports at most) */

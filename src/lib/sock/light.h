@@ -147,5 +147,13 @@ int dsock_bell_take(struct epoll_event *ev, int n);
  * may be left that one ring stood for (the kernel wakes another waiter
  * when its ready list is not empty after a wait): the bell rings again. */
 void dsock_bell_pass_on(int n, int max);
+/* The bell woke a wait that is no bell sleep (a cold or light sleep, the
+ * look of a wait whose set lost the bell).  Only an arming drains the
+ * bell, so with no bell sleeper counted a ring that came after the last
+ * arming stays readable for good, and every wait of a set that holds it
+ * returns at once (an idle loop at 100 % CPU): it is drained here, and
+ * rung again if a sleeper was counted meanwhile (it may have armed before
+ * the drain, and the ring was its). */
+void dsock_bell_unclaimed(void);
 
 #endif

@@ -524,6 +524,8 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			 * and nothing rings it again.) */
 			if (bell)
 				dsock_bell_arm(epfd);
+			else
+				dsock_bell_unclaimed();
 			if ((n = epoll_now(epfd, kfd, ev, max, 0, 0, 0)) != 0 || !blocking) {
 				if (bell)
 					dsock_bell_pass_on(n, max);
