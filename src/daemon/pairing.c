@@ -41,9 +41,9 @@ enum { WAIT_LIKELY, WAIT_UNLIKELY, NWAITS };
 static const int wait_ms[NWAITS] = { 4000, 300 };
 /* A daemon that is behind (messages were waiting at its last look) may
  * not have read the mate's offer yet: a likely offer then waits up to
- * this much longer (a burst of 100,000 connections keeps the daemon busy
- * for seconds, and mates whose offers came seconds apart in its queues
- * both went to the kernel).  Still below the library's give-up (10 s). */
+ * this much longer, since a burst of 100,000 connections keeps the daemon
+ * busy for seconds and two mates' offers may sit seconds apart in its
+ * queues.  Still below the library's give-up (10 s). */
 #define BEHIND_GRACE_MS 4000
 
 static struct dsock_hmap by_key; /* key -> the newest offer with it */

@@ -415,13 +415,12 @@ void shm_link_collect(int64_t now)
 	 * links_mu and ends what we publish) */
 	if (dsock_anyone_sleeps())
 		now = 0;
-	int64_t lease = shm_lease_ns;
 	for (struct shm_link *l = shm_links; l; l = l->next) {
 		if (l->broken)
 			continue;
 		/* rewritten only when less than half of it is left: the
 		 * producer reads the line on every send */
-		if (now && !l->gone && l->lease < now + lease / 2) {
+		if (now && !l->gone && l->lease < now + shm_lease_ns / 2) {
 			/* a new lease: receives that lingered meanwhile (before
 			 * any poller of ours leased the link) stop, or every
 			 * look walks them (hidden readable) long after their
@@ -429,7 +428,7 @@ void shm_link_collect(int64_t now)
 			 * more */
 			if (l->lease <= now)
 				settle = 1;
-			__atomic_store_n(&l->lease, now + lease, __ATOMIC_RELAXED);
+			__atomic_store_n(&l->lease, now + shm_lease_ns, __ATOMIC_RELAXED);
 			__atomic_store_n(&l->inq->lease_until, (uint64_t)l->lease, __ATOMIC_SEQ_CST);
 		}
 		leased |= l->lease != 0;
