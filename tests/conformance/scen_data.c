@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -232,6 +233,67 @@ STREAM_SCEN(sendfile_from_file)
 	out("byte-exact: %s", memcmp(got, data + 1000, 50000) ? "no" : "yes");
 	R("sendfile at EOF", sendfile(c, fd, NULL, 10));
 	R("sendfile bad in fd", sendfile(c, 9999, NULL, 10));
+	int wo = open("/dev/null", O_WRONLY);
+	R("sendfile from a write-only fd", sendfile(c, wo, NULL, 10));
+	close(wo);
+	close(fd);
+	free(data);
+	free(got);
+}
+
+/* A nonblocking sender streams a file larger than any socket buffer with
+ * sendfile from the file's own position (waiting for POLLOUT between the
+ * calls), then asks past the end from an explicit offset; the reader
+ * checks every byte.  How much each call takes, and whether one met a
+ * full buffer, is the buffer's business and is not printed. */
+#define SF_LEN ((3 << 20) + 777)
+struct sf_reader {
+	int fd;
+	char *buf;
+	long got;
+};
+
+static void *sf_read(void *arg)
+{
+	struct sf_reader *r = arg;
+	r->got = read_all(r->fd, r->buf, SF_LEN);
+	return NULL;
+}
+
+STREAM_SCEN(sendfile_nonblocking_stream)
+{
+	char *data = malloc(SF_LEN), *got = malloc(SF_LEN);
+	int file = memfd_create("conf-sendfile", MFD_CLOEXEC), c, s, calls = 0, bad = 0;
+	long sent = 0;
+	off_t off = SF_LEN - 77;
+	struct sf_reader r;
+	pthread_t t;
+
+	fill(data, SF_LEN, 21);
+	write_all(file, data, SF_LEN);
+	lseek(file, 0, SEEK_SET);
+	fam_pair(f, &c, &s);
+	fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK);
+	r = (struct sf_reader){ s, got, 0 };
+	pthread_create(&t, NULL, sf_read, &r);
+	while (sent < SF_LEN - 77 && calls++ < 100000) {
+		ssize_t n = sendfile(c, file, NULL, (size_t)(SF_LEN - 77 - sent));
+		if (n > 0)
+			sent += n;
+		else if (n < 0 && errno == EAGAIN)
+			wait_fd(c, POLLOUT, 2000);
+		else
+			bad++;
+	}
+	out("sent from the file position: %ld, failed calls: %d", sent, bad);
+	out("file position: %lld", (long long)lseek(file, 0, SEEK_CUR));
+	while (wait_fd(c, POLLOUT, 2000) && (sent = sendfile(c, file, &off, 1000)) < 0 && errno == EAGAIN)
+		;
+	out("past the end from %d: %ld, offset now %lld", SF_LEN - 77, (long)sent, (long long)off);
+	R("at the end", sendfile(c, file, &off, 1000));
+	pthread_join(t, NULL);
+	out("reader got %ld, byte-exact: %s", r.got, r.got == SF_LEN && !memcmp(got, data, SF_LEN) ? "yes" : "no");
+	close(file);
 	free(data);
 	free(got);
 }

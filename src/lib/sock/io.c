@@ -279,11 +279,11 @@ int dsock_io_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 	return SYSRET(dsock_real.sendmmsg(fd, v, n, flags));
 }
 
-/* sendfile onto a transport's socket: read the file, send through the
- * transport, chunk by chunk, each as the socket sends (a blocking socket
- * waits for room: the kernel's sendfile sends all of it).  The file offset
- * moves by exactly what was sent, as the kernel's would (the explicit
- * *off, or the file position). */
+/* sendfile onto a transport's socket: the transport's own, or read the
+ * file and send through the transport, chunk by chunk, each as the socket
+ * sends (a blocking socket waits for room: the kernel's sendfile sends all
+ * of it).  The file offset moves by exactly what was sent, as the kernel's
+ * would (the explicit *off, or the file position). */
 ssize_t dsock_io_sendfile(int out, int in, off_t *off, size_t n)
 {
 	struct dsock_sock *s = owned(out);
@@ -299,6 +299,12 @@ ssize_t dsock_io_sendfile(int out, int in, off_t *off, size_t n)
 		r = -errno;
 		dsock_sock_put(s);
 		return r == -ESPIPE ? -EINVAL : r;
+	}
+	if (s->owner->sendfile) {
+		r = s->owner->sendfile(s, out, in, pos, n);
+		if (r > 0)
+			done = (size_t)r, pos += r;
+		n = 0;
 	}
 	while (done < n) {
 		ssize_t got = pread(in, buf, n - done < sizeof(buf) ? n - done : sizeof(buf), pos);

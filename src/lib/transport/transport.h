@@ -43,6 +43,11 @@ struct dsock_transport {
 	 * (the caller then calls sendmsg with a reference).  May be NULL. */
 	ssize_t (*sendmsg_solo)(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
 	ssize_t (*recvmsg)(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
+	/* sendfile(2) onto the connection: up to n bytes of file from pos
+	 * on (the file's own position is the caller's business), sent as
+	 * sendmsg sends.  May be NULL: the socket layer reads the file and
+	 * calls sendmsg. */
+	ssize_t (*sendfile)(struct dsock_sock *s, int fd, int file, off_t pos, size_t n);
 	int (*shutdown)(struct dsock_sock *s, int fd, int how);
 	/* connect(AF_UNSPEC) on the connection: the kernel resets it, and the
 	 * transport lets go of it; returns the connect's result.  May be NULL. */

@@ -315,6 +315,7 @@ const struct dsock_transport dsock_shm_transport = {
 	.offer = shm_offer,
 	.sendmsg = shm_sendmsg,
 	.sendmsg_solo = shm_sendmsg_solo,
+	.sendfile = shm_sendfile,
 	.recvmsg = shm_recvmsg,
 	.shutdown = shm_shutdown,
 	.disconnect = shm_disconnect,

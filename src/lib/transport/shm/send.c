@@ -90,8 +90,18 @@ static void publish(struct shm_conn *c, int fd, uint64_t tail, size_t n)
 		__atomic_store_n(&c->me->cpu, cpu, __ATOMIC_RELAXED);
 }
 
-static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
+/* What a send takes its bytes from: an iovec (m), or a file (m NULL:
+ * file from pos on, sendfile's source).  total: the bytes it asks to send. */
+struct send_src {
+	const struct msghdr *m;
+	int file;
+	off_t pos;
+	size_t total;
+};
+
+static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct send_src *src, int flags);
 #define FOLLOW_TRIES 100 /* sendmsg_in: tries to follow a peer gone back */
+#define FILE_CHUNK (64 << 10) /* a file's bytes are published this often */
 
 /* A call holds a reference on the socket (the fd table's own is the
  * other): the close sees it and makes the private dup that the call then
@@ -101,8 +111,21 @@ ssize_t shm_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int fl
 {
 	struct shm_conn *c = shm_conn(s);
 	int k = atomic_load_explicit(&c->kfd, memory_order_acquire);
+	struct send_src src = { m, -1, 0, iov_total(m) };
 
-	return sendmsg_in(s, k >= 0 ? k : fd, m, flags);
+	return sendmsg_in(s, k >= 0 ? k : fd, &src, flags);
+}
+
+/* sendfile onto the connection: the file's bytes are read straight into
+ * the ring (one copy, as the kernel's receive makes one), FILE_CHUNK at a
+ * time so that the consumer copies one chunk out while the next is read. */
+ssize_t shm_sendfile(struct dsock_sock *s, int fd, int file, off_t pos, size_t n)
+{
+	struct shm_conn *c = shm_conn(s);
+	int k = atomic_load_explicit(&c->kfd, memory_order_acquire);
+	struct send_src src = { NULL, file, pos, n };
+
+	return sendmsg_in(s, k >= 0 ? k : fd, &src, 0);
 }
 
 /* The rest of m from byte off on the kernel (our sending is plain now),
@@ -110,8 +133,17 @@ ssize_t shm_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int fl
  * own.  Returns off plus what the kernel took, or off alone when it
  * failed after some of this call's bytes went by the ring (the next call
  * sees the error, as after a kernel send that copied part of its bytes). */
-static ssize_t send_rest_plain(int fd, const struct msghdr *m, size_t off, int flags)
+static ssize_t send_rest_plain(int fd, const struct send_src *src, size_t off, int flags)
 {
+	const struct msghdr *m = src->m;
+
+	if (!m) {
+		off_t pos = src->pos + (off_t)off;
+		ssize_t r = dsock_real.sendfile(fd, src->file, &pos, src->total - off);
+		if (r < 0)
+			return off ? (ssize_t)off : -errno;
+		return (ssize_t)off + r;
+	}
 	struct iovec iov[m->msg_iovlen ? m->msg_iovlen : 1];
 	struct msghdr km = *m;
 	size_t n = 0, skip = off;
@@ -138,10 +170,37 @@ static ssize_t send_rest_plain(int fd, const struct msghdr *m, size_t off, int f
 	return (ssize_t)off + r;
 }
 
-static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, int flags)
+/* Copies n bytes of src from byte off into the ring at tail: n, fewer
+ * (a file that ends, or a chunk), or -errno (nothing read). */
+static ssize_t src_copy(struct shm_conn *c, uint64_t tail, const struct send_src *src, size_t off, size_t n)
+{
+	if (src->m) {
+		ring_copy(c->txd, c->size, tail, src->m, off, n, 1);
+		return (ssize_t)n;
+	}
+	size_t at = (size_t)(tail & (c->size - 1));
+	struct iovec v[2];
+	int k = 1;
+	ssize_t r;
+
+	if (n > FILE_CHUNK)
+		n = FILE_CHUNK;
+	v[0].iov_base = c->txd + at;
+	v[0].iov_len = c->size - at < n ? c->size - at : n;
+	if (v[0].iov_len < n) {
+		v[1].iov_base = c->txd;
+		v[1].iov_len = n - v[0].iov_len;
+		k = 2;
+	}
+	r = preadv(src->file, v, k, src->pos + (off_t)off);
+	return r < 0 ? -errno : r;
+}
+
+static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct send_src *src, int flags)
 {
 	struct shm_conn *c = shm_conn(s);
-	size_t total = iov_total(m), done = 0;
+	const struct msghdr *m = src->m;
+	size_t total = src->total, done = 0;
 	int64_t deadline = 0;
 	ssize_t r;
 	int err = 0, announced = 0, follow = 0, nb = -1;
@@ -152,15 +211,14 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct msghdr *m, 
 		/* PENDING (or gone to the kernel): the kernel carries it; the
 		 * mutex keeps an attach (and so a switch) out meanwhile */
 		pthread_mutex_lock(&c->mu);
-		r = dsock_real.sendmsg(fd, m, flags);
-		err = errno;
+		r = send_rest_plain(fd, src, 0, flags);
 		if (r > 0 && c->state == SC_OFFER_DUE)
 			atomic_fetch_add(&c->early_sent, r);
 		pthread_mutex_unlock(&c->mu);
-		return r < 0 ? -err : r;
+		return r;
 	}
 	/* an address on a connected TCP socket is ignored, as Linux does */
-	if (m->msg_iovlen > IOV_MAX)
+	if (m && m->msg_iovlen > IOV_MAX)
 		return -EMSGSIZE;
 again:
 	if (shm_back_any(c)) {
@@ -171,7 +229,7 @@ again:
 		if (d < 0)
 			return done ? (ssize_t)done : d;
 		if (__atomic_load_n(&c->me->back_sent, __ATOMIC_ACQUIRE))
-			return send_rest_plain(fd, m, done, flags);
+			return send_rest_plain(fd, src, done, flags);
 	}
 	if (shm_tx_lock(c))
 		return done ? (ssize_t)done : shm_fault(s, fd, "lock held forever");
@@ -179,7 +237,7 @@ again:
 		/* the peer moved our sending back (a hand-over it makes without
 		 * us, handover.c) while we waited for the lock */
 		shm_tx_unlock(c);
-		return send_rest_plain(fd, m, done, flags);
+		return send_rest_plain(fd, src, done, flags);
 	}
 	if (__atomic_load_n(&c->peer->back_sent, __ATOMIC_ACQUIRE) &&
 	    !__atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE) && follow++ < FOLLOW_TRIES) {
@@ -197,7 +255,7 @@ again:
 	 * lock a switch takes, blocking, EPIPE and SIGPIPE included */
 	err = shm_active(c) ? shm_switch_tx_locked(c, fd, 0) : -EAGAIN;
 	if (err == -EAGAIN || err == -EPIPE) {
-		r = send_rest_plain(fd, m, done, flags);
+		r = send_rest_plain(fd, src, done, flags);
 		shm_tx_unlock(c);
 		return r;
 	}
@@ -277,9 +335,15 @@ again:
 			continue;
 		}
 		size_t n = total - done < (size_t)space ? total - done : (size_t)space;
-		ring_copy(c->txd, c->size, tail, m, done, n, 1);
-		publish(c, fd, tail + n, n);
-		done += n;
+		ssize_t got = src_copy(c, tail, src, done, n);
+		if (got <= 0) { /* a file that ends or fails */
+			err = (int)got;
+			break;
+		}
+		publish(c, fd, tail + (size_t)got, (size_t)got);
+		done += (size_t)got;
+		if (!m && (size_t)got < n && (size_t)got < FILE_CHUNK)
+			break; /* the file ended */
 	}
 out:
 	shm_tx_unlock(c);

@@ -295,6 +295,7 @@ static inline int shm_fin_state(int st)
  * connection's start counts in pending_read). */
 int shm_calibrate(struct shm_conn *c, int fd);
 ssize_t shm_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
+ssize_t shm_sendfile(struct dsock_sock *s, int fd, int file, off_t pos, size_t n);
 /* A send that fits the ring of a switched connection, or DSOCK_ESLOW
  * (the transport's sendmsg_solo). */
 ssize_t shm_sendmsg_solo(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
