@@ -279,18 +279,52 @@ int dsock_io_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 	return SYSRET(dsock_real.sendmmsg(fd, v, n, flags));
 }
 
-/* sendfile onto a transport's socket: the transport's own, or read the
- * file and send through the transport, chunk by chunk, each as the socket
- * sends (a blocking socket waits for room: the kernel's sendfile sends all
- * of it).  The file offset moves by exactly what was sent, as the kernel's
- * would (the explicit *off, or the file position). */
+ssize_t dsock_sendfile_by_reads(int file, off_t pos, size_t n, ssize_t (*send)(void *arg, const struct msghdr *m),
+				void *arg)
+{
+	char buf[65536];
+	size_t done = 0;
+	ssize_t r = 0;
+
+	while (done < n) {
+		ssize_t got = pread(file, buf, n - done < sizeof(buf) ? n - done : sizeof(buf), pos + (off_t)done);
+		if (got <= 0) {
+			r = got < 0 ? -errno : 0;
+			break;
+		}
+		ONE_IOV(buf, (size_t)got);
+		r = send(arg, &m_);
+		if (r <= 0)
+			break;
+		done += (size_t)r;
+		if (r < got)
+			break;
+	}
+	return done ? (ssize_t)done : r;
+}
+
+struct owner_send {
+	struct dsock_sock *s;
+	int fd;
+};
+
+static ssize_t owner_send(void *arg, const struct msghdr *m)
+{
+	struct owner_send *o = arg;
+	return o->s->owner->sendmsg(o->s, o->fd, m, 0);
+}
+
+/* sendfile onto a transport's socket: the transport's own, or by reads
+ * sent through the transport (a blocking socket waits for room: the
+ * kernel's sendfile sends all of it).  The file offset moves by exactly
+ * what was sent, as the kernel's would (the explicit *off, or the file
+ * position). */
 ssize_t dsock_io_sendfile(int out, int in, off_t *off, size_t n)
 {
 	struct dsock_sock *s = owned(out);
-	char buf[65536];
+	struct owner_send o = { s, out };
 	off_t pos;
-	size_t done = 0;
-	ssize_t r = 0;
+	ssize_t r;
 
 	if (!s)
 		return SYSRET(dsock_real.sendfile(out, in, off, n));
@@ -300,33 +334,15 @@ ssize_t dsock_io_sendfile(int out, int in, off_t *off, size_t n)
 		dsock_sock_put(s);
 		return r == -ESPIPE ? -EINVAL : r;
 	}
-	if (s->owner->sendfile) {
-		r = s->owner->sendfile(s, out, in, pos, n);
-		if (r > 0)
-			done = (size_t)r, pos += r;
-		n = 0;
-	}
-	while (done < n) {
-		ssize_t got = pread(in, buf, n - done < sizeof(buf) ? n - done : sizeof(buf), pos);
-		if (got <= 0) {
-			r = got < 0 ? -errno : 0;
-			break;
-		}
-		ONE_IOV(buf, (size_t)got);
-		r = s->owner->sendmsg(s, out, &m_, 0);
-		if (r <= 0)
-			break;
-		done += (size_t)r;
-		pos += r;
-		if (r < got)
-			break;
-	}
+	r = s->owner->sendfile ? s->owner->sendfile(s, out, in, pos, n) : dsock_sendfile_by_reads(in, pos, n, owner_send, &o);
 	dsock_sock_put(s);
+	if (r > 0)
+		pos += r;
 	if (off)
 		*off = pos;
-	else if (done)
+	else if (r > 0)
 		lseek(in, pos, SEEK_SET);
-	return done ? (ssize_t)done : r;
+	return r;
 }
 
 int dsock_io_shutdown(int fd, int how)

@@ -21,6 +21,12 @@ ssize_t dsock_io_sendto(int fd, const void *buf, size_t n, int flags, const stru
 ssize_t dsock_io_sendmsg(int fd, const struct msghdr *m, int flags);
 int dsock_io_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags);
 ssize_t dsock_io_sendfile(int out, int in, off_t *off, size_t n);
+/* sendfile by reads: up to n bytes of file from pos, read 64 KiB at a time
+ * into a buffer, each chunk given to send(arg, m) (a count or -errno);
+ * stops at a short send, the file's end or an error.  Returns the count
+ * sent, or (nothing sent) the error, or 0 at the file's end. */
+ssize_t dsock_sendfile_by_reads(int file, off_t pos, size_t n, ssize_t (*send)(void *arg, const struct msghdr *m),
+				void *arg);
 int dsock_io_shutdown(int fd, int how);
 /* ioctl req (FIONREAD, SIOCATMARK) as the transport carrying fd answers
  * it into *val: 0, or -ENOTSUP: the kernel's answer. */

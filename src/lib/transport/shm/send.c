@@ -4,6 +4,7 @@
 #include "lib/base/signals.h"
 #include "lib/base/proc.h"
 #include "lib/base/real.h"
+#include "lib/sock/io.h"
 #include "lib/sock/ready.h"
 #include "common/log.h"
 
@@ -133,15 +134,28 @@ ssize_t shm_sendfile(struct dsock_sock *s, int fd, int file, off_t pos, size_t n
  * own.  Returns off plus what the kernel took, or off alone when it
  * failed after some of this call's bytes went by the ring (the next call
  * sees the error, as after a kernel send that copied part of its bytes). */
+struct plain_send {
+	int fd, flags;
+};
+
+static ssize_t plain_send(void *arg, const struct msghdr *m)
+{
+	struct plain_send *p = arg;
+	ssize_t r = dsock_real.sendmsg(p->fd, m, p->flags);
+	return r < 0 ? -errno : r;
+}
+
 static ssize_t send_rest_plain(int fd, const struct send_src *src, size_t off, int flags)
 {
 	const struct msghdr *m = src->m;
 
 	if (!m) {
-		off_t pos = src->pos + (off_t)off;
-		ssize_t r = dsock_real.sendfile(fd, src->file, &pos, src->total - off);
+		/* by reads and the kernel's send, as for a plain socket: on
+		 * loopback that outruns the kernel's sendfile */
+		struct plain_send p = { fd, flags };
+		ssize_t r = dsock_sendfile_by_reads(src->file, src->pos + (off_t)off, src->total - off, plain_send, &p);
 		if (r < 0)
-			return off ? (ssize_t)off : -errno;
+			return off ? (ssize_t)off : r;
 		return (ssize_t)off + r;
 	}
 	struct iovec iov[m->msg_iovlen ? m->msg_iovlen : 1];
