@@ -15,12 +15,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <signal.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -383,4 +387,114 @@ STREAM_SCEN(epoll_deleted_then_spawned)
 	out("spawned on the second: exit %d", spawn_epwait(ep2));
 	out("spawned on the third: exit %d", spawn_epwait(ep3));
 	R("recv", recv(s, b, sizeof(b), 0));
+}
+
+/* A deleted registration whose fd is closed where no wrapper sees it
+ * (fclose of an fdopen'd socket: libc's own close), its number then given
+ * to another socket (F_DUPFD): an ADD with the same events and data
+ * reports the new socket's data, and a third socket's ADD after a DEL its
+ * own events. */
+STREAM_SCEN(epoll_deleted_closed_unseen_number_reused)
+{
+	int c, s, c2, s2, ep = epoll_create1(EPOLL_CLOEXEC);
+	char b[8];
+
+	fam_pair(f, &c2, &s);
+	c = dup2(c2, 500); /* (a number nothing else takes meanwhile) */
+	close(c2);
+	R("ADD IN", ctl(ep, EPOLL_CTL_ADD, c, EPOLLIN, 0x71));
+	R("DEL", epoll_ctl(ep, EPOLL_CTL_DEL, c, NULL));
+	FILE *fp = fdopen(c, "r+");
+	R("fclose of the fdopen'd socket", fp ? fclose(fp) : -1);
+	fam_pair(f, &c2, &s2);
+	R("another socket dup'd to that number", fcntl(c2, F_DUPFD, 500) == 500);
+	close(c2);
+	c = 500;
+	R("ADD IN, the same data", ctl(ep, EPOLL_CTL_ADD, c, EPOLLIN, 0x71));
+	R("send to it", send(s2, "x", 1, 0));
+	wait_print("the new socket's data", ep, 2000);
+	R("recv", recv(c, b, sizeof(b), 0));
+	R("DEL", epoll_ctl(ep, EPOLL_CTL_DEL, c, NULL));
+	close(c);
+	fam_pair(f, &c, &s);
+	R("ADD IN|OUT, the same data", ctl(ep, EPOLL_CTL_ADD, c, EPOLLIN | EPOLLOUT, 0x71));
+	wait_print("a third socket, writable", ep, 2000);
+}
+
+/* An op epoll_ctl does not know, on a deleted registration: the kernel's
+ * EINVAL (EFAULT without an event), as for any registration. */
+STREAM_SCEN(epoll_deleted_unknown_op)
+{
+	int c, s, ep = epoll_create1(EPOLL_CLOEXEC), ops[] = { 0, 4, 99 };
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 3 };
+	char label[48];
+
+	fam_pair(f, &c, &s);
+	R("ADD IN", epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev));
+	R("DEL", epoll_ctl(ep, EPOLL_CTL_DEL, c, NULL));
+	for (int i = 0; i < 3; i++) {
+		snprintf(label, sizeof(label), "op %d with an event", ops[i]);
+		R(label, epoll_ctl(ep, ops[i], c, &ev));
+		snprintf(label, sizeof(label), "op %d without", ops[i]);
+		R(label, epoll_ctl(ep, ops[i], c, NULL));
+	}
+	R("ADD IN again", epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev));
+}
+
+/* A pipe in the set, closed where no wrapper sees it (pclose's own
+ * close: the kernel drops its registration with the file), its number
+ * then given to a socket (F_DUPFD) that joins the set: every message to
+ * the socket is reported. */
+STREAM_SCEN(epoll_closed_unseen_pipe_number_to_socket)
+{
+	int c, s, p[2], ep = epoll_create1(EPOLL_CLOEXEC), seen = 0;
+	char b[8];
+
+	R("pipe", pipe(p));
+	R("its reader at 501", dup2(p[0], 501));
+	close(p[0]);
+	R("ADD the pipe", ctl(ep, EPOLL_CTL_ADD, 501, EPOLLIN, 0x81));
+	R("close it unseen", syscall(SYS_close, 501));
+	int c2;
+	fam_pair(f, &c2, &s);
+	R("a socket dup'd to that number", fcntl(c2, F_DUPFD, 501));
+	close(c2);
+	c = 501;
+	R("ADD it", ctl(ep, EPOLL_CTL_ADD, c, EPOLLIN, 0x82));
+	for (int i = 0; i < 20; i++) {
+		struct epoll_event ev = { 0 };
+		send(s, "x", 1, 0);
+		seen += epoll_wait(ep, &ev, 1, 200) == 1 && ev.data.u64 == 0x82;
+		recv(c, b, sizeof(b), 0);
+	}
+	out("messages reported: %d of 20", seen);
+	close(p[1]);
+}
+
+/* A child made by clone without CLONE_VM (no fork handlers run) shares
+ * the set: its wait, then the parent's ADD and wait after a DEL. */
+static int ep_of_clone;
+static int clone_child(void *arg)
+{
+	struct epoll_event ev[4];
+	(void)arg;
+	return epoll_wait(ep_of_clone, ev, 4, 100) < 0;
+}
+
+STREAM_SCEN(epoll_deleted_then_clone)
+{
+	int c, s, st = -1;
+	char *stack = malloc(1 << 16);
+
+	ep_of_clone = epoll_create1(EPOLL_CLOEXEC);
+	fam_pair(f, &c, &s);
+	R("ADD IN", ctl(ep_of_clone, EPOLL_CTL_ADD, c, EPOLLIN, 0x91));
+	R("DEL", epoll_ctl(ep_of_clone, EPOLL_CTL_DEL, c, NULL));
+	R("send to it", send(s, "x", 1, 0));
+	usleep(10000);
+	pid_t pid = clone(clone_child, stack + (1 << 16), SIGCHLD, NULL);
+	R("child waited", pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	R("ADD IN", ctl(ep_of_clone, EPOLL_CTL_ADD, c, EPOLLIN, 0x91));
+	wait_print("the data sent before", ep_of_clone, 2000);
+	free(stack);
 }

@@ -46,6 +46,11 @@
      and under dsock with DSOCK_EPOLL_GHOSTS=1, and under dsock the DEL did
      leave the kernel's registration (a ghost: the set's fdinfo lists the
      socket).
+ 11. an idle epoll loop after its client's last message and close came
+     in one wake costs no CPU (tests/faults/idle_bell.c).
+ 12. a DEL racing with a dup of its set (tests/faults/ghost_dup_race.c,
+     300,000 trials, ghosts on): the dup'd set never keeps the deleted
+     registration (the kernel's own epoll_ctl can ADD it again).
 
 Each check prints ok/FAIL; last line 'resources: N passed, N failed'."""
 import os, shutil, subprocess, sys, tempfile
@@ -381,6 +386,20 @@ try:
     check("11. an idle epoll loop after a last message and close in one wake: < 60 ms CPU in a 300 ms wait "
           "(worst of 5: native %s ms, dsock %s ms)" % (nat.stdout.strip(), r.stdout.strip()),
           nat.returncode == 0 and r.returncode == 0 and len(got) == 1 and int(got[0]) < 60,
+          (nat.stdout, r.stdout, r.stderr[-400:]))
+
+    # 12: a DEL that judged its set ghostable while a dup of the set
+    # marked it shared must not leave a ghost in the shared set
+    dr = os.path.join(tmp, "ghost_dup_race")
+    subprocess.run(["cc", "-O2", "-D_GNU_SOURCE", "-pthread", "-o", dr, os.path.join(HERE, "ghost_dup_race.c")],
+                   check=True)
+    nat = subprocess.run([dr, "300000"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([DSOCK, "run", "--", dr, "300000"], env=dict(env, DSOCK_EPOLL_GHOSTS="1"),
+                       capture_output=True, text=True, timeout=120)
+    got = r.stdout.split()
+    check("12. a DEL racing with a dup of its set leaves no ghost in it (native: %s; dsock: %s)" %
+          (nat.stdout.strip(), r.stdout.strip()),
+          nat.stdout.split()[-1:] == ["0"] and len(got) == 4 and got[1] == "300000" and got[3] == "0",
           (nat.stdout, r.stdout, r.stderr[-400:]))
 
     r, rings, _ = run(STORM)

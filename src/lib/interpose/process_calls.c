@@ -76,6 +76,10 @@ DSOCK_API int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
 	va_end(ap);
 	if ((flags & CLONE_VM) && !(flags & CLONE_THREAD))
 		__atomic_store_n(&dsock_vm_shared, 1, __ATOMIC_RELAXED);
+	/* a child with its own memory and our sets, no fork
+	 * handlers run: the sets are shared from now on, as at a fork */
+	if (!(flags & CLONE_VM))
+		dsock_epset_spawn_actions();
 	return f(fn, stack, flags, arg, ptid, tls, ctid);
 }
 

@@ -98,8 +98,10 @@ void dsock_epset_no_ghosts(int epfd)
 	epfd = dsock_epset_key(epfd);
 	/* a ghost made before this mark is dropped below (both under mu);
 	 * a set that could hold none holds none */
-	if (!dsock_light_unghost(epfd) || !atomic_load(&dsock_epoll_ghosts))
+	if (!dsock_light_unghost(epfd))
 		return;
+	/* the count is read under mu: a DEL that found the set
+	 * ghostable before the mark above holds mu until its ghost is made */
 	pthread_mutex_lock(&dsock_epset_mu);
 	dsock_epset_drop_ghosts(epfd);
 	pthread_mutex_unlock(&dsock_epset_mu);
@@ -307,8 +309,24 @@ int dsock_epoll_ctl(int app_epfd, int op, int fd, struct epoll_event *ev)
 	 * between would put back what the application just changed */
 	pthread_mutex_lock(&dsock_epset_mu);
 	m = find(epfd, fd);
+	/* a ghost whose fd now names another socket: closed
+	 * where dsock did not see it (fclose, pclose, a raw close) */
+	if (m && m->ghost && op == EPOLL_CTL_ADD && m->sock != s) {
+		drop(m);
+		m = NULL;
+	}
+	/* an ADD the kernel accepts while a record says the fd is
+	 * registered: the record is stale, replaced by a fresh one below */
+	struct member *stale = m && !m->ghost && op == EPOLL_CTL_ADD ? m : NULL;
+	if (stale)
+		m = NULL;
 	/* ghosts (eghost.c): what the kernel is asked, if anything */
 	int kop = op, skip = 0;
+	if (m && m->ghost && op != EPOLL_CTL_ADD && op != EPOLL_CTL_MOD && op != EPOLL_CTL_DEL) {
+		/* no such op: the kernel's EFAULT or EINVAL */
+		pthread_mutex_unlock(&dsock_epset_mu);
+		return dsock_real.epoll_ctl(app_epfd, op, fd, ev) < 0 ? -errno : 0;
+	}
 	if (m && m->ghost) {
 		if (op != EPOLL_CTL_ADD) {
 			pthread_mutex_unlock(&dsock_epset_mu);
@@ -346,6 +364,8 @@ int dsock_epoll_ctl(int app_epfd, int op, int fd, struct epoll_event *ev)
 		pthread_mutex_unlock(&dsock_epset_mu);
 		return r;
 	}
+	if (stale)
+		drop(stale);
 	if (m) {
 		if (op == EPOLL_CTL_DEL) {
 			if (skip)
