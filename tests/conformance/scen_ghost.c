@@ -441,10 +441,10 @@ STREAM_SCEN(epoll_deleted_unknown_op)
 	R("ADD IN again", epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev));
 }
 
-/* A pipe in the set, closed where no wrapper sees it (pclose's own
- * close: the kernel drops its registration with the file), its number
- * then given to a socket (F_DUPFD) that joins the set: every message to
- * the socket is reported. */
+/* A pipe in the set, closed where no wrapper sees it (a raw close, as
+ * pclose's own is: the kernel drops its registration with the file), its
+ * number then given to a socket (F_DUPFD) that joins the set: every
+ * message to the socket is reported. */
 STREAM_SCEN(epoll_closed_unseen_pipe_number_to_socket)
 {
 	int c, s, p[2], ep = epoll_create1(EPOLL_CLOEXEC), seen = 0;

@@ -129,11 +129,6 @@ ssize_t shm_sendfile(struct dsock_sock *s, int fd, int file, off_t pos, size_t n
 	return sendmsg_in(s, k >= 0 ? k : fd, &src, 0);
 }
 
-/* The rest of m from byte off on the kernel (our sending is plain now),
- * as the kernel's send takes it: blocking, SO_SNDTIMEO and signals its
- * own.  Returns off plus what the kernel took, or off alone when it
- * failed after some of this call's bytes went by the ring (the next call
- * sees the error, as after a kernel send that copied part of its bytes). */
 struct plain_send {
 	int fd, flags;
 };
@@ -145,6 +140,11 @@ static ssize_t plain_send(void *arg, const struct msghdr *m)
 	return r < 0 ? -errno : r;
 }
 
+/* The rest of m from byte off on the kernel (our sending is plain now),
+ * as the kernel's send takes it: blocking, SO_SNDTIMEO and signals its
+ * own.  Returns off plus what the kernel took, or off alone when it
+ * failed after some of this call's bytes went by the ring (the next call
+ * sees the error, as after a kernel send that copied part of its bytes). */
 static ssize_t send_rest_plain(int fd, const struct send_src *src, size_t off, int flags)
 {
 	const struct msghdr *m = src->m;
@@ -185,7 +185,7 @@ static ssize_t send_rest_plain(int fd, const struct send_src *src, size_t off, i
 }
 
 /* Copies n bytes of src from byte off into the ring at tail: n, fewer
- * (a file that ends, or a chunk), or -errno (nothing read). */
+ * (a file that ends), or -errno (nothing read). */
 static ssize_t src_copy(struct shm_conn *c, uint64_t tail, const struct send_src *src, size_t off, size_t n)
 {
 	if (src->m) {
@@ -197,8 +197,6 @@ static ssize_t src_copy(struct shm_conn *c, uint64_t tail, const struct send_src
 	int k = 1;
 	ssize_t r;
 
-	if (n > FILE_CHUNK)
-		n = FILE_CHUNK;
 	v[0].iov_base = c->txd + at;
 	v[0].iov_len = c->size - at < n ? c->size - at : n;
 	if (v[0].iov_len < n) {
@@ -349,6 +347,8 @@ again:
 			continue;
 		}
 		size_t n = total - done < (size_t)space ? total - done : (size_t)space;
+		if (!m && n > FILE_CHUNK)
+			n = FILE_CHUNK;
 		ssize_t got = src_copy(c, tail, src, done, n);
 		if (got <= 0) { /* a file that ends or fails */
 			err = (int)got;
@@ -356,7 +356,7 @@ again:
 		}
 		publish(c, fd, tail + (size_t)got, (size_t)got);
 		done += (size_t)got;
-		if (!m && (size_t)got < n && (size_t)got < FILE_CHUNK)
+		if ((size_t)got < n)
 			break; /* the file ended */
 	}
 out:
