@@ -1,4 +1,5 @@
 #include "common/log.h"
+#include "common/rawsys.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -47,7 +48,7 @@ void dsock_log(int level, const char *fmt, ...)
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	n = snprintf(buf, sizeof(buf), "%s[%ld] %ld.%03ld %s: ", log_prefix,
-		     (long)syscall(SYS_getpid), (long)ts.tv_sec, ts.tv_nsec / 1000000L,
+		     (long)dsock_sys(SYS_getpid), (long)ts.tv_sec, ts.tv_nsec / 1000000L,
 		     tag[level]);
 	va_start(ap, fmt);
 	n += vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
@@ -56,5 +57,5 @@ void dsock_log(int level, const char *fmt, ...)
 		n = (int)sizeof(buf) - 2;
 	buf[n++] = '\n';
 	/* raw syscall: never re-enter the interposed write() */
-	syscall(SYS_write, log_fd, buf, (size_t)n);
+	dsock_sys(SYS_write, log_fd, buf, (size_t)n);
 }

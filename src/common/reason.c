@@ -25,6 +25,7 @@ const char *dsock_reason_name(unsigned r)
 		[DSOCK_R_URGENT] = "urgent-data",
 		[DSOCK_R_RCVLOWAT] = "rcvlowat",
 		[DSOCK_R_PEER_DIED] = "peer-died-unread",
+		[DSOCK_R_URING] = "io-uring",
 	};
 	return r < DSOCK_R_MAX ? n[r] : "?";
 }

@@ -33,6 +33,8 @@ enum dsock_reason {
 	DSOCK_R_PEER_DIED,     /* reset: the peer ended without closing while
 				* bytes of ours were unread in its ring (the
 				* kernel's close would have sent an RST) */
+	DSOCK_R_URING,         /* the process set up an io_uring, whose work on
+				* the socket no wrapper sees: kernel only */
 	DSOCK_R_MAX,
 };
 

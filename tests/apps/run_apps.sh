@@ -2,9 +2,10 @@
 # Real programs under `dsock run`, both ends, byte-exact where they move
 # data: sockperf (TCP, UDP, --data-integrity), redis (cli + benchmark),
 # nginx (wrk + a large curl download, checksum), iperf3, Python socket and
-# asyncio echo, haproxy in front of nginx.  Each check also asks the daemon
-# whether the program really ran under dsock, and each TCP client's library
-# whether its connections moved bytes through shared memory.
+# asyncio echo, Node.js echo with and without io_uring, haproxy in front
+# of nginx.  Each check also asks the daemon whether the program really ran
+# under dsock, and each TCP client's library whether its connections moved
+# bytes through shared memory.
 # Usage: tests/apps/run_apps.sh [BUILD_DIR]   Closing line: "apps: N passed, N failed".
 set -u
 BUILD=$(cd "${1:-build}" && pwd)
@@ -245,6 +246,52 @@ for mode in threads asyncio; do
 		bad "python $mode echo" "$T/py.$mode"
 	fi
 done
+
+# ---- Node.js net echo, with and without io_uring --------------------------------
+# The same conversation as Python's asyncio one.  With UV_USE_IO_URING=1,
+# libuv (1.45 and later) sets up an io_uring through syscall() before any
+# connection: the kernel then carries the process's connections (reason
+# io-uring), byte-exact, and none of them uses the rings.
+NODE_ECHO='
+const net = require("net"), crypto = require("crypto");
+const data = crypto.randomBytes(4 << 20);
+const srv = net.createServer((c) => c.pipe(c));
+srv.listen(0, "127.0.0.1", async () => {
+  const s = net.connect(srv.address().port, "127.0.0.1");
+  await new Promise((r) => s.once("connect", r));
+  let buf = Buffer.alloc(0), want = 0, wake = null;
+  s.on("data", (b) => {
+    buf = Buffer.concat([buf, b]);
+    if (wake && buf.length >= want) { const w = wake; wake = null; w(); }
+  });
+  const take = (n) => new Promise((r) => { want = n; if (buf.length >= n) r(); else wake = r; })
+    .then(() => { const out = buf.subarray(0, n); buf = buf.subarray(n); return out; });
+  let ok = true;
+  for (let i = 0; i < 200; i++) {
+    const msg = data.subarray(i * 20000, i * 20000 + 1 + ((i * 7919) % 65536));
+    s.write(msg);
+    ok = ok && (await take(msg.length)).equals(msg);
+  }
+  s.write(data);
+  ok = ok && (await take(data.length)).equals(data);
+  console.log(ok ? "ok" : "MISMATCH");
+  s.end(); srv.close();
+});
+'
+if need node; then
+	# (libuv before 1.45 has no io_uring: both runs then use the rings)
+	uv_ring=$(node -e 'const [a, b] = process.versions.uv.split(".").map(Number); console.log(a > 1 || b >= 45 ? 1 : 0)')
+	for uring in 0 1; do
+		want_shm=$([ "$uring" = 1 ] && [ "$uv_ring" = 1 ] && echo 0 || echo 1)
+		if UV_USE_IO_URING=$uring run "node$uring" node -e "$NODE_ECHO" >"$T/node.$uring" 2>&1 \
+			&& grep -qx ok "$T/node.$uring" \
+			&& if [ "$want_shm" = 1 ]; then on_shm "node$uring" >/dev/null; else ! on_shm "node$uring" >/dev/null; fi; then
+			ok "node.js net echo byte-exact, UV_USE_IO_URING=$uring ($([ "$want_shm" = 1 ] && echo "on shared memory" || echo "on the kernel: io_uring"))"
+		else
+			bad "node.js net echo, UV_USE_IO_URING=$uring" "$T/node.$uring"
+		fi
+	done
+fi
 
 echo "apps: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

@@ -11,6 +11,7 @@
  * its data, a wait with little room, a fork, a poll asleep on the set, a
  * program spawned after the set loses close-on-exec. */
 #include "conf.h"
+#include "common/rawsys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -441,10 +442,10 @@ STREAM_SCEN(epoll_deleted_unknown_op)
 	R("ADD IN again", epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev));
 }
 
-/* A pipe in the set, closed where no wrapper sees it (a raw close, as
- * pclose's own is: the kernel drops its registration with the file), its
- * number then given to a socket (F_DUPFD) that joins the set: every
- * message to the socket is reported. */
+/* A pipe in the set, closed where no wrapper sees it (the system call
+ * instruction itself, as libc's own close in pclose is: the kernel drops
+ * its registration with the file), its number then given to a socket
+ * (F_DUPFD) that joins the set: every message to the socket is reported. */
 STREAM_SCEN(epoll_closed_unseen_pipe_number_to_socket)
 {
 	int c, s, p[2], ep = epoll_create1(EPOLL_CLOEXEC), seen = 0;
@@ -454,7 +455,7 @@ STREAM_SCEN(epoll_closed_unseen_pipe_number_to_socket)
 	R("its reader at 501", dup2(p[0], 501));
 	close(p[0]);
 	R("ADD the pipe", ctl(ep, EPOLL_CTL_ADD, 501, EPOLLIN, 0x81));
-	R("close it unseen", syscall(SYS_close, 501));
+	R("close it unseen", dsock_sys(SYS_close, 501)); /* (past the syscall() dsock interposes) */
 	int c2;
 	fam_pair(f, &c2, &s);
 	R("a socket dup'd to that number", fcntl(c2, F_DUPFD, 501));

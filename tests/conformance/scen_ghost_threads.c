@@ -301,3 +301,35 @@ STREAM_SCEN(rv_vfork_dup2_exec)
 	waitpid(pid, &st, 0);
 	R("recv", recv(s, b, sizeof(b), 0));
 }
+
+/* 10. A thread waits while the main thread takes a registration out and
+ * puts it back, deletes a second one, and sends to the first: the waiter
+ * gets it; data for the deleted one afterwards is not reported.  (Under
+ * dsock with DSOCK_TEST_GHOST_UNSURE=1 the waiter's events are judged by
+ * the readiness of the registration that holds their data.) */
+STREAM_SCEN(rv_put_back_while_waiting)
+{
+	int c, s, c2, s2, ep = epoll_create1(EPOLL_CLOEXEC);
+	struct waiter w = { .ep = ep, .ms = 2000 };
+	pthread_t t;
+	char b[8];
+
+	fam_pair(f, &c, &s);
+	fam_pair(f, &c2, &s2);
+	R("ADD", ctl(ep, EPOLL_CTL_ADD, s, EPOLLIN, 0xad1));
+	R("ADD the second", ctl(ep, EPOLL_CTL_ADD, s2, EPOLLIN, 0xad2));
+	pthread_create(&t, NULL, waitfn, &w);
+	msleep(100);
+	R("DEL", epoll_ctl(ep, EPOLL_CTL_DEL, s, NULL));
+	R("ADD again", ctl(ep, EPOLL_CTL_ADD, s, EPOLLIN, 0xad1));
+	R("DEL the second", epoll_ctl(ep, EPOLL_CTL_DEL, s2, NULL));
+	R("send", send(c, "x", 1, 0));
+	pthread_join(t, NULL);
+	waiter_print("the waiter", &w);
+	R("send to the second", send(c2, "y", 1, 0));
+	msleep(50);
+	wait_print("after", ep, 4, 50);
+	R("recv", recv(s, b, sizeof(b), 0));
+	R("recv the second", recv(s2, b, sizeof(b), 0));
+	wait_print("at the end", ep, 4, 50);
+}

@@ -1,12 +1,15 @@
 /* A DEL racing with a dup of its set: one thread deletes a socket's
  * registration while the main thread dups the set.  A dup'd set must
  * never keep a registration the application deleted: after both calls the
- * kernel's own epoll_ctl (a raw system call, past any wrapper) must be
+ * kernel's own epoll_ctl (the instruction itself, past any wrapper and
+ * past the syscall() dsock interposes) must be
  * able to ADD the socket again.  Under dsock the DEL may leave the
  * kernel's registration in place (a ghost, src/lib/sock/eghost.c) only in
  * sets nothing else reaches, so the dup must end it whichever call comes
  * first.  Prints "trials N kept K"; K must be 0.
  * Usage: ghost-dup-race TRIALS */
+#include "common/rawsys.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -65,7 +68,7 @@ int main(int argc, char **argv)
 		int d = dup(ep);
 		while (atomic_load(&go) == 1)
 			;
-		if (syscall(SYS_epoll_ctl, ep, EPOLL_CTL_ADD, sock, &e) < 0 && errno == EEXIST)
+		if (dsock_sys(SYS_epoll_ctl, ep, EPOLL_CTL_ADD, sock, &e) < 0 && errno == EEXIST)
 			kept++;
 		close(d);
 		close(ep);

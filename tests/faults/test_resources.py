@@ -391,7 +391,8 @@ try:
     # 12: a DEL that judged its set ghostable while a dup of the set
     # marked it shared must not leave a ghost in the shared set
     dr = os.path.join(tmp, "ghost_dup_race")
-    subprocess.run(["cc", "-O2", "-D_GNU_SOURCE", "-pthread", "-o", dr, os.path.join(HERE, "ghost_dup_race.c")],
+    subprocess.run(["cc", "-O2", "-D_GNU_SOURCE", "-pthread", "-I", os.path.join(HERE, "..", "..", "src"), "-o", dr,
+                    os.path.join(HERE, "ghost_dup_race.c")],
                    check=True)
     nat = subprocess.run([dr, "300000"], capture_output=True, text=True, timeout=120)
     r = subprocess.run([DSOCK, "run", "--", dr, "300000"], env=dict(env, DSOCK_EPOLL_GHOSTS="1"),

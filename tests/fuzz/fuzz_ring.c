@@ -17,6 +17,7 @@
 #include "lib/sock/sock.h"
 #include "lib/transport/shm/shm.h"
 #include "lib/base/real.h"
+#include "common/rawsys.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -63,7 +64,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		setenv("DSOCK_SOCKET", "/nonexistent/dsockd.sock", 1);
 		if (!getenv("DSOCK_LOG"))
 			setenv("DSOCK_LOG", "error", 1); /* each reset logs a warning */
-		syscall(SYS_execve, "/proc/self/exe", *argv, environ);
+		dsock_sys(SYS_execve, "/proc/self/exe", *argv, environ);
 		abort();
 	}
 	trace = getenv("FUZZ_TRACE") != NULL;
@@ -397,7 +398,7 @@ static void op_scribble(struct world *w, struct script *s, int wide)
 	else
 		memcpy((char *)w->h + off, &(uint32_t){ (uint32_t)v }, 4);
 	for (int i = 0; i < 4; i++)
-		if (*lk[i] && *lk[i] != (uint32_t)syscall(SYS_gettid))
+		if (*lk[i] && *lk[i] != (uint32_t)dsock_sys(SYS_gettid))
 			*lk[i] |= mark;
 	w->broken = 1;
 	TRACE("peer scribbles");

@@ -309,7 +309,7 @@ int main(int argc, char **argv)
 		extern char **environ;
 		setenv("DSOCK_FASTPATH", "0", 1);
 		/* raw: the linked-in exec wrapper would preload this executable */
-		syscall(SYS_execve, "/proc/self/exe", argv, environ);
+		dsock_sys(SYS_execve, "/proc/self/exe", argv, environ);
 		return 1;
 	}
 	ASSERT_EQ(dsock_transport_register(&fake), 0);

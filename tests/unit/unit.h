@@ -3,6 +3,8 @@
 #ifndef UNIT_H
 #define UNIT_H
 
+#include "common/rawsys.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +42,7 @@ static inline void unit_isolate(char **argv, const char *marker)
 	setenv("DSOCK_FASTPATH", "0", 1);
 	setenv("DSOCK_SOCKET", "/nonexistent/dsockd.sock", 1);
 	setenv("DSOCK_LOG", "error", 1);
-	syscall(SYS_execve, "/proc/self/exe", argv, environ);
+	dsock_sys(SYS_execve, "/proc/self/exe", argv, environ);
 	exit(1);
 }
 

@@ -13,6 +13,7 @@
 #include "lib/base/exec_target.h"
 #include "lib/base/proc.h"
 #include "lib/base/real.h"
+#include "common/rawsys.h"
 
 #include <elf.h>
 #include <errno.h>
@@ -85,9 +86,9 @@ static int file_runs_dsock(int dirfd, const char *path, int depth)
 	ssize_t n;
 
 	if (path && *path)
-		fd = (int)syscall(SYS_openat, dirfd, path, O_RDONLY | O_CLOEXEC);
+		fd = (int)dsock_sys(SYS_openat, dirfd, path, O_RDONLY | O_CLOEXEC);
 	else
-		fd = (int)syscall(SYS_fcntl, dirfd, F_DUPFD_CLOEXEC, 0); /* fexecve, AT_EMPTY_PATH */
+		fd = (int)dsock_sys(SYS_fcntl, dirfd, F_DUPFD_CLOEXEC, 0); /* fexecve, AT_EMPTY_PATH */
 	if (fd < 0)
 		return 0;
 	n = pread(fd, head, sizeof(head) - 1, 0);
@@ -105,7 +106,7 @@ static int file_runs_dsock(int dirfd, const char *path, int depth)
 	} else if (n >= 4 && !memcmp(head, ELFMAG, SELFMAG)) {
 		r = !secure_exec(fd) && elf_dynamic(fd, head, (size_t)n);
 	}
-	syscall(SYS_close, fd);
+	dsock_sys(SYS_close, fd);
 	return r;
 }
 

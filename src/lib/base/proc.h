@@ -3,6 +3,7 @@
 #define DSOCK_PROC_H
 
 #include "common/rules.h"
+#include "common/rawsys.h"
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -33,7 +34,7 @@ extern int dsock_vm_shared;
 static inline int dsock_table_owner(void)
 {
 	return !__atomic_load_n(&dsock_vm_shared, __ATOMIC_RELAXED) ||
-	       (int)syscall(SYS_getpid) == dsock_proc.pid;
+	       (int)dsock_sys(SYS_getpid) == dsock_proc.pid;
 }
 
 #endif

@@ -1,4 +1,5 @@
 #include "lib/base/real.h"
+#include "common/rawsys.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -10,9 +11,9 @@
 #include <unistd.h>
 
 /* ---- defaults used before resolution: raw system calls ---------------- */
-/* syscall() returns -1 and sets errno exactly like the libc wrappers do. */
+/* dsock_sys() returns -1 and sets errno exactly like the libc wrappers do. */
 #define RAW(name, ret, params, ...) \
-	static ret raw_##name params { return (ret)syscall(__VA_ARGS__); }
+	static ret raw_##name params { return (ret)dsock_sys(__VA_ARGS__); }
 
 RAW(socket, int, (int d, int t, int p), SYS_socket, d, t, p)
 RAW(socketpair, int, (int d, int t, int p, int *sv), SYS_socketpair, d, t, p, sv)
@@ -67,7 +68,7 @@ static int raw_epoll_create(int size)
 static int raw_dup2(int a, int b)
 {
 	if (a == b)
-		return (int)syscall(SYS_fcntl, a, F_GETFD) < 0 ? -1 : b;
+		return (int)dsock_sys(SYS_fcntl, a, F_GETFD) < 0 ? -1 : b;
 	return raw_dup3(a, b, 0);
 }
 
@@ -79,7 +80,7 @@ static int raw_fcntl(int fd, int cmd, ...)
 	va_start(ap, cmd);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	return (int)syscall(SYS_fcntl, fd, cmd, arg);
+	return (int)dsock_sys(SYS_fcntl, fd, cmd, arg);
 }
 
 static int raw_ioctl(int fd, unsigned long req, ...)
@@ -90,7 +91,7 @@ static int raw_ioctl(int fd, unsigned long req, ...)
 	va_start(ap, req);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	return (int)syscall(SYS_ioctl, fd, req, arg);
+	return (int)dsock_sys(SYS_ioctl, fd, req, arg);
 }
 
 /* ---- defaults for library-level functions: resolve, then call --------- */

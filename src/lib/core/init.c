@@ -10,6 +10,7 @@
 #include "lib/sock/solo.h"
 #include "lib/transport/transport.h"
 #include "common/log.h"
+#include "common/rawsys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -48,7 +49,7 @@ static int load_rules(void)
 	}
 	if (!path || !*path)
 		path = "/etc/dsock.conf";
-	fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+	fd = (int)dsock_sys(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		if (getenv("DSOCK_CONFIG") && *getenv("DSOCK_CONFIG")) {
 			DSOCK_ERR("cannot open config %s; dsock disabled for this process", path);
@@ -56,8 +57,8 @@ static int load_rules(void)
 		}
 		return 0;
 	}
-	n = syscall(SYS_read, fd, text, sizeof(text) - 1);
-	syscall(SYS_close, fd);
+	n = dsock_sys(SYS_read, fd, text, sizeof(text) - 1);
+	dsock_sys(SYS_close, fd);
 	if (n < 0 || n == (long)sizeof(text) - 1) {
 		DSOCK_ERR("cannot read config %s (too large?); dsock disabled for this process", path);
 		return -1;
@@ -88,7 +89,7 @@ static void fork_child(void)
 {
 	int ppid = dsock_proc.pid;
 
-	dsock_proc.pid = (int)syscall(SYS_getpid);
+	dsock_proc.pid = (int)dsock_sys(SYS_getpid);
 	dsock_epset_fork_child();
 	dsock_sock_fork_child();
 	if (dsock_proc.enabled)
@@ -102,15 +103,17 @@ __attribute__((constructor)) static void dsock_init(void)
 	const char *off = getenv("DSOCK_DISABLE");
 	const char *ghosts = getenv("DSOCK_EPOLL_GHOSTS");
 	const char *bells = getenv("DSOCK_BELLS");
+	const char *unsure = getenv("DSOCK_TEST_GHOST_UNSURE");
 
 	DSOCK_GUARD_ENTER();
 	dsock_real_init();
 	dsock_clock_init();
-	dsock_proc.pid = (int)syscall(SYS_getpid);
+	dsock_proc.pid = (int)dsock_sys(SYS_getpid);
 	dsock_log_setup("dsock", 2, lvl && dsock_log_level_parse(lvl) >= 0 ?
 			dsock_log_level_parse(lvl) : DSOCK_LOG_WARN);
 	dsock_env_init();
 	dsock_epoll_ghosts_on = ghosts && !strcmp(ghosts, "1");
+	dsock_ghost_test_unsure = unsure && !strcmp(unsure, "1");
 	dsock_bells_on = !(bells && !strcmp(bells, "0"));
 	program_name();
 	dsock_proc.enabled = !(off && *off && strcmp(off, "0")) && load_rules() == 0 &&
@@ -141,16 +144,16 @@ __attribute__((destructor)) static void dsock_fini(void)
 	char line[64];
 	int fd, len;
 
-	if ((int)syscall(SYS_getpid) != dsock_proc.pid)
+	if ((int)dsock_sys(SYS_getpid) != dsock_proc.pid)
 		return;
 	dsock_transports_exit();
 	dsock_transports_counts(&n, &back);
 	if (!path || !*path || n <= 0)
 		return;
-	fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	fd = (int)dsock_sys(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return;
 	len = snprintf(line, sizeof(line), "%d %ld %ld\n", dsock_proc.pid, n, back);
-	syscall(SYS_write, fd, line, (size_t)len);
-	syscall(SYS_close, fd);
+	dsock_sys(SYS_write, fd, line, (size_t)len);
+	dsock_sys(SYS_close, fd);
 }

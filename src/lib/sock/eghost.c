@@ -43,10 +43,13 @@
  * file actions and a set sent with SCM_RIGHTS end ghosts for good.
  *
  * With ghosts on, the records of a set born here hold every registration
- * (untracked members for fds that are neither sockets of ours nor sets),
- * so a ghost is made only if no registration shares its data, and a wait
- * that outlived TOMBS tombstones drops exactly the events whose data no
- * registration holds.
+ * (untracked members for fds that are neither sockets of ours nor sets;
+ * a registration whose record cannot be allocated ends the set's ghosts
+ * for good), so a ghost is made only if no registration shares its data,
+ * and a wait that outlived TOMBS tombstones drops exactly the events whose
+ * data no registration holds, and reports one that a single level-
+ * triggered registration holds for what that registration is ready for
+ * now (ready.c).  An io_uring ends every set's ghosts for good (uring.c).
  *
  * Off unless DSOCK_EPOLL_GHOSTS=1 (the records of every registration are
  * new); a set polled as a whole by a process without dsock, or taken with
@@ -66,6 +69,7 @@
 
 _Atomic long dsock_epoll_ghosts;
 int dsock_epoll_ghosts_on;
+int dsock_ghost_test_unsure;
 
 /* Tombstones: the last ghosts that ended, written under the table lock. */
 #define TOMBS 256
@@ -150,8 +154,9 @@ int dsock_ghosts_drop_data(int epfd, uint64_t data, const struct member *keep)
 }
 
 /* How many registrations hold data in set epfd now, ghosts aside (mu
- * held); *edge: one of them is edge-triggered or one-shot. */
-static int holders(int epfd, uint64_t data, int *edge)
+ * held); *edge: one of them is edge-triggered or one-shot; *one: the
+ * last of them. */
+static int holders(int epfd, uint64_t data, int *edge, const struct member **one)
 {
 	int n = 0;
 
@@ -160,22 +165,25 @@ static int holders(int epfd, uint64_t data, int *edge)
 		if (m->epfd == epfd && m->data == data && !m->ghost) {
 			n++;
 			*edge |= (m->events & (EPOLLET | EPOLLONESHOT)) != 0;
+			*one = m;
 		}
 	return n;
 }
 
 int dsock_epset_data_holders(int epfd, uint64_t data)
 {
+	const struct member *one;
 	int n, edge;
 
 	pthread_mutex_lock(&dsock_epset_mu);
-	n = holders(epfd, data, &edge);
+	n = holders(epfd, data, &edge, &one);
 	pthread_mutex_unlock(&dsock_epset_mu);
 	return n;
 }
 
-int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since)
+int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since, int *fd, unsigned *events)
 {
+	const struct member *one = NULL;
 	uint64_t now;
 	int r;
 
@@ -187,11 +195,17 @@ int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since)
 		 * registration (the untracked fds too): an event whose data no
 		 * registration holds is a ghost's that ended; one a level-
 		 * triggered registration holds comes again at the next wait */
-		int edge, n = holders(epfd, data, &edge);
-		if (now - since > TOMBS) /* the tombstones cannot tell */
-			r = n == 0 && dsock_light_ghostable(epfd);
-		else
+		int edge, n = holders(epfd, data, &edge, &one);
+		if (now - since <= TOMBS && !dsock_ghost_test_unsure)
 			r = !edge && ended_since(epfd, data, since, now);
+		else if (n == 0) /* the tombstones cannot tell */
+			r = dsock_light_ghostable(epfd);
+		else if (n == 1 && !edge && dsock_light_ghostable(epfd)) {
+			/* the holder's own readiness decides (ready.c) */
+			*fd = one->fd;
+			*events = one->events;
+			r = DSOCK_GHOST_UNSURE;
+		}
 	}
 	pthread_mutex_unlock(&dsock_epset_mu);
 	return r;
@@ -201,6 +215,18 @@ void dsock_epset_spawn_actions(void)
 {
 	if (!dsock_sets_watched() || !dsock_light_unghost(-1) || !dsock_epoll_ghosts_on)
 		return;
+	pthread_mutex_lock(&dsock_epset_mu);
+	dsock_epset_drop_ghosts(-1);
+	pthread_mutex_unlock(&dsock_epset_mu);
+}
+
+void dsock_epset_ghosts_end(void)
+{
+	if (!dsock_epoll_ghosts_on)
+		return;
+	/* off before the drop: a DEL that takes mu after it makes none */
+	__atomic_store_n(&dsock_epoll_ghosts_on, 0, __ATOMIC_SEQ_CST);
+	dsock_light_unghost(-1);
 	pthread_mutex_lock(&dsock_epset_mu);
 	dsock_epset_drop_ghosts(-1);
 	pthread_mutex_unlock(&dsock_epset_mu);

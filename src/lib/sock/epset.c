@@ -16,6 +16,7 @@
 #include "lib/sock/sock.h"
 #include "lib/sock/watch.h"
 #include "lib/transport/transport.h"
+#include "common/rawsys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -218,7 +219,7 @@ static int dsock_is_epoll_fd(int fd)
 	long n;
 
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	n = syscall(SYS_readlinkat, AT_FDCWD, path, link, sizeof(link) - 1);
+	n = dsock_sys(SYS_readlinkat, AT_FDCWD, path, link, sizeof(link) - 1);
 	return n == (long)sizeof("anon_inode:[eventpoll]") - 1 && !memcmp(link, "anon_inode:[eventpoll]", (size_t)n);
 }
 
@@ -282,7 +283,7 @@ int dsock_epoll_ctl(int app_epfd, int op, int fd, struct epoll_event *ev)
 	struct epoll_event kv, *kev = ev;
 	unsigned kernel_events = 0;
 	struct member *m;
-	int r, cap = 0;
+	int r, cap = 0, lost = 0;
 
 	if (ev && (op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD)) {
 		kv = *ev;
@@ -386,12 +387,16 @@ int dsock_epoll_ctl(int app_epfd, int op, int fd, struct epoll_event *ev)
 				watch(m);
 		}
 	} else if (joins) {
+		/* a registration without a record: the set's records no
+		 * longer hold every registration, so it holds no ghosts */
+		lost = 1;
 		if (atomic_load(&dsock_epset_nmembers) >= nbuckets && rehash(nbuckets ? 2 * nbuckets : BUCKETS_MIN) < 0 &&
 		    !nbuckets)
 			goto out;
 		m = calloc(1, sizeof(*m));
 		if (!m)
 			goto out;
+		lost = 0;
 		*m = (struct member){ .epfd = epfd, .fd = fd, .events = ev->events, .data = ev->data.u64, .sock = s,
 				      .capable = cap, .untracked = untracked };
 		dsock_epset_in_added(m, kernel_events != ev->events);
@@ -405,6 +410,8 @@ int dsock_epoll_ctl(int app_epfd, int op, int fd, struct epoll_event *ev)
 	}
 out:
 	pthread_mutex_unlock(&dsock_epset_mu);
+	if (lost)
+		dsock_epset_no_ghosts(app_epfd);
 	/* the kernel would wake a thread asleep on the set for data already
 	 * there; data without a token behind it needs a poke (poke.h).  After
 	 * the kernel's change: a sleeper registers before its last look, so

@@ -93,7 +93,15 @@ static inline int dsock_sets_watched(void)
 {
 	return dsock_epoll_ghosts_on || dsock_bells_on;
 }
-int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since);
+/* 2: the tombstones cannot tell (more ghosts ended since than they keep)
+ * and one level-triggered registration holds the data: *fd and *events
+ * are its own, and the event stands only for what that fd is ready for
+ * now. */
+#define DSOCK_GHOST_UNSURE 2
+/* DSOCK_TEST_GHOST_UNSURE=1: the tombstones never tell (tests of the
+ * readiness that decides then) */
+extern int dsock_ghost_test_unsure;
+int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since, int *fd, unsigned *events);
 /* How many registrations of set epfd that the records hold have this data
  * (with ghosts on, a set born here: every registration). */
 int dsock_epset_data_holders(int epfd, uint64_t data);
@@ -114,5 +122,7 @@ void dsock_epset_passed(int fd);
  * leave the kernel's set now, and it holds none from now on (the kernel's
  * readiness of the set would count them). */
 void dsock_epset_no_ghosts(int epfd);
+/* No set holds ghosts from now on, until an exec (io_uring: uring.c). */
+void dsock_epset_ghosts_end(void);
 
 #endif

@@ -5,6 +5,7 @@
 #include "lib/base/real.h"
 #include "common/proto.h"
 #include "common/reason.h"
+#include "common/rawsys.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -30,7 +31,7 @@ static void adopt(int fd)
 	socklen_t sl = sizeof(ss);
 	struct dsock_sock *s, *old;
 
-	if (syscall(SYS_fstat, fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+	if (dsock_sys(SYS_fstat, fd, &st) < 0 || !S_ISSOCK(st.st_mode))
 		return;
 	if (dsock_real.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l) < 0 ||
 	    dsock_real.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l) < 0 ||
@@ -64,13 +65,13 @@ static void adopt(int fd)
 void dsock_sock_scan_inherited(void)
 {
 	char buf[4096];
-	int dir = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/fd",
+	int dir = (int)dsock_sys(SYS_openat, AT_FDCWD, "/proc/self/fd",
 			       O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	long n;
 
 	if (dir < 0)
 		return;
-	while ((n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
+	while ((n = dsock_sys(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
 		for (long off = 0; off < n;) {
 			struct linux_dirent64 *d = (void *)(buf + off);
 			char *end;
@@ -81,5 +82,5 @@ void dsock_sock_scan_inherited(void)
 				adopt((int)fd);
 		}
 	}
-	syscall(SYS_close, dir);
+	dsock_sys(SYS_close, dir);
 }

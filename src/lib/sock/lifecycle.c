@@ -67,8 +67,11 @@ static void settle(struct dsock_sock *s, int fd, int role, const struct sockaddr
 		int rule;
 		if (!dsock_rules_conn_allowed(&dsock_proc.rules, local, peer, &rule))
 			reason = DSOCK_R_DENIED_RULE;
-		else
-			dsock_transport_offer(s, fd, role, &reason);
+		else if (atomic_load(&dsock_uring_seen))
+			reason = DSOCK_R_URING;
+		else if (dsock_transport_offer(s, fd, role, &reason) == 0 && atomic_load(&dsock_uring_seen) &&
+			 s->owner->handover)
+			s->owner->handover(s, fd); /* (a ring set up meanwhile: uring.c) */
 	}
 	s->reason = (uint16_t)reason;
 	/* an address the kernel would not give is asked again (and found

@@ -6,6 +6,7 @@
 #include "lib/sock/light.h"
 #include "lib/base/grow.h"
 #include "lib/base/real.h"
+#include "common/rawsys.h"
 
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -28,7 +29,7 @@ void dsock_poke(int epfd)
 	if (dsock_grow(&pokes, &pokes_cap, npokes, sizeof(*pokes), 4))
 		goto out;
 	/* created readable (a count of 1), level-triggered */
-	int fd = (int)syscall(SYS_eventfd2, 1, EFD_CLOEXEC | EFD_NONBLOCK);
+	int fd = (int)dsock_sys(SYS_eventfd2, 1, EFD_CLOEXEC | EFD_NONBLOCK);
 	struct epoll_event e = { .events = EPOLLIN, .data.u64 = DSOCK_POKE_DATA };
 	if (fd < 0)
 		goto out;

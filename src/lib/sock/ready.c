@@ -154,6 +154,18 @@ static unsigned watched_view(int epfd, uint64_t data, const struct dsock_epmembe
 static __thread uint64_t ghost_since;
 static __thread int ghost_dropped;
 
+/* The events of registration (fd, events) that fd is ready for now: an
+ * event the ghosts' tombstones could not place stands for these only. */
+static unsigned ready_now(int fd, unsigned events)
+{
+	struct pollfd p = { .fd = fd, .events = (short)(events & (EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLRDHUP)) };
+
+	if (dsock_ready_poll(&p, 1, NULL, NULL, 0, 0) <= 0)
+		return 0;
+	/* (poll's bits are epoll's) */
+	return (unsigned)p.revents & (events | EPOLLERR | EPOLLHUP);
+}
+
 /* Drops the events of ghosts, the IN of events that are only stale tokens,
  * and the IN we added, and a level-triggered OUT while there is no room
  * (parking it); returns how many events remain. */
@@ -167,7 +179,11 @@ static int filter_spurious(int epfd, struct epoll_event *ev, int n)
 	for (int i = 0; i < n; i++) {
 		struct dsock_epmember mb = { .fd = -1 };
 		uint64_t data = ev[i].data.u64;
-		if (ghosts && dsock_epset_ghost_event(epfd, data, ghost_since)) {
+		unsigned held = 0;
+		int g = ghosts ? dsock_epset_ghost_event(epfd, data, ghost_since, &mb.fd, &held) : 0;
+		if (g == DSOCK_GHOST_UNSURE)
+			g = !(ev[i].events = ready_now(mb.fd, held));
+		if (g) {
 			ghost_dropped = 1;
 			continue; /* deleted by the application (not kept) */
 		}

@@ -157,5 +157,9 @@ void dsock_sock_report_at(struct dsock_sock *s, int fd, unsigned ev, const struc
 /* Tells a newly (re)connected daemon what the process holds (the daemon
  * client calls it: dsock_ctl_set_replay). */
 void dsock_sock_replay(int listeners_only);
+/* The process set up an io_uring (uring.c): from now on the kernel carries
+ * every connection.  dsock_uring_seen: 1 once it did. */
+void dsock_sock_uring(void);
+extern _Atomic int dsock_uring_seen;
 
 #endif

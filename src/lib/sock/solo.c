@@ -1,5 +1,6 @@
 /* The solo thread: data calls without a reference (see solo.h). */
 #include "lib/sock/solo.h"
+#include "common/rawsys.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -28,9 +29,9 @@ static void solo_thread_exit(void *unused)
 
 void dsock_solo_init(void)
 {
-	long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+	long q = dsock_sys(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
 	int ok = q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-		 syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+		 dsock_sys(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 
 	if (!exit_key_ok)
 		exit_key_ok = pthread_key_create(&exit_key, solo_thread_exit) == 0;
@@ -78,7 +79,7 @@ int dsock_solo_before_release(struct dsock_sock *s)
 	/* the solo thread's store of dsock_solo_cur is visible after this,
 	 * or its look-up sees s gone; nothing to do if the kernel refuses
 	 * (the registration succeeded, so it will not) but wait */
-	syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+	dsock_sys(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
 	while (atomic_load_explicit(&dsock_solo_cur, memory_order_acquire) == s)
 		sched_yield(); /* a section never blocks: it ends soon */
 	return 0;

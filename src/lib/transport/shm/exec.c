@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/reason.h"
+#include "common/rawsys.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -29,7 +30,7 @@
 /* Closes a memfd fetched for an exec, in the process that fetched it. */
 void shm_drop_exec_memfd(struct shm_conn *c)
 {
-	if (c->exec_memfd >= 0 && c->exec_memfd_pid == (int)syscall(SYS_getpid))
+	if (c->exec_memfd >= 0 && c->exec_memfd_pid == (int)dsock_sys(SYS_getpid))
 		dsock_real.close(c->exec_memfd);
 	c->exec_memfd = -1;
 }
@@ -77,7 +78,7 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 		return;
 	/* the new program maps the memory from an fd that survives the exec:
 	 * the daemon keeps one (we closed ours once mapped) */
-	int mine = c->exec_memfd >= 0 && c->exec_memfd_pid == (int)syscall(SYS_getpid); /* a dup's */
+	int mine = c->exec_memfd >= 0 && c->exec_memfd_pid == (int)dsock_sys(SYS_getpid); /* a dup's */
 	int mfd = !w->runs_dsock ? -1 : mine ? c->exec_memfd : dsock_ctl_fetch(DSOCK_PATH_SHM, s->id, fd, 1000);
 	int len = mfd < 0 ? -1 : snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%u:%d:%u:%lld",
 					  w->used ? "," : "", fd, mfd, c->page, c->side, c->size,
@@ -98,7 +99,7 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 	}
 	dsock_real.fcntl(mfd, F_SETFD, 0); /* survives the exec */
 	c->exec_memfd = mfd;
-	c->exec_memfd_pid = (int)syscall(SYS_getpid);
+	c->exec_memfd_pid = (int)dsock_sys(SYS_getpid);
 	w->used += (size_t)len;
 	c->exec_mark = w->mark;
 	if (w->new_holder && c->exec_counted != w->mark) { /* (one count for several fds) */

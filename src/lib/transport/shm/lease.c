@@ -6,6 +6,7 @@
 #include "lib/base/real.h"
 #include "lib/sock/ready.h"
 #include "common/log.h"
+#include "common/rawsys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -48,15 +49,15 @@ int shm_membarrier_ok;
 
 void shm_membarrier_register(void)
 {
-	long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+	long q = dsock_sys(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
 
 	shm_membarrier_ok = q > 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
-			    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+			    dsock_sys(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
 }
 
 static void producers_barrier(void)
 {
-	syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0);
+	dsock_sys(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0);
 	DSOCK_DBG("a skippable lease ended: membarrier"); /* (tests count these) */
 }
 

@@ -6,6 +6,7 @@
 #include "lib/base/real.h"
 #include "lib/sock/ready.h"
 #include "common/log.h"
+#include "common/rawsys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,7 +34,7 @@ static __thread int tid;
 int shm_my_tid(void)
 {
 	if (!tid)
-		tid = (int)syscall(SYS_gettid);
+		tid = (int)dsock_sys(SYS_gettid);
 	return tid;
 }
 
@@ -128,7 +129,7 @@ static int revoke_bias(struct dsock_shm_ring *r, uint32_t w, int try)
 	__atomic_store_n(&r->bias_off, 1, __ATOMIC_RELAXED);
 	/* orders the owner's bias_busy store before its look at the word,
 	 * from here: we hold the word now either way */
-	if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) < 0) {
+	if (dsock_sys(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) < 0) {
 		e = -EDEADLK; /* cannot tell: the caller resets the connection */
 		goto undo;
 	}

@@ -295,12 +295,15 @@ static uint64_t shm_rx_mark(struct dsock_sock *s)
 	return c && c->state == SC_ATTACHED ? __atomic_load_n(&c->rx->tail, __ATOMIC_ACQUIRE) : 0;
 }
 
-/* SCM_RIGHTS: back to the kernel, and out of the transport here too. */
+/* SCM_RIGHTS: back to the kernel, and out of the transport here too.  A
+ * connection still pairing has no rings to move: its pairing is refused. */
 static int shm_handover_op(struct dsock_sock *s, int fd)
 {
+	struct shm_conn *c = shm_conn(s);
+	int attached = c && c->state == SC_ATTACHED;
 	int r = shm_handover(s, fd);
 
-	return r ? r : shm_back_step(s, fd);
+	return r || !attached ? r : shm_back_step(s, fd);
 }
 
 static void shm_counts(long *carried, long *back)

@@ -7,6 +7,7 @@
 #include "lib/sock/io.h"
 #include "lib/sock/ready.h"
 #include "common/log.h"
+#include "common/rawsys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -54,7 +55,7 @@ static int wait_space(struct shm_conn *c, int fd)
 	if (tx_space(c, &tail) != 0 || shm_back_now(c))
 		return 0;
 	/* not FUTEX_PRIVATE: the word is shared with the other process */
-	if (syscall(SYS_futex, &c->tx->space_seq, FUTEX_WAIT, seq, &slice, NULL, 0) < 0 && errno == EINTR)
+	if (dsock_sys(SYS_futex, &c->tx->space_seq, FUTEX_WAIT, seq, &slice, NULL, 0) < 0 && errno == EINTR)
 		return -EINTR;
 	/* the consumer may be gone (a peer killed with an empty receive queue
 	 * sent a FIN, not an RST, and only the probe draws the RST) */

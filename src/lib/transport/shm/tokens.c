@@ -8,6 +8,7 @@
 #include "lib/base/real.h"
 #include "lib/sock/ready.h"
 #include "common/log.h"
+#include "common/rawsys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -274,7 +275,7 @@ void shm_space_freed(struct shm_conn *c, int fd)
 	if (__atomic_load_n(&c->rx->tx_waiting, __ATOMIC_RELAXED)) {
 		w = __atomic_exchange_n(&c->rx->tx_waiting, 0, __ATOMIC_SEQ_CST);
 		__atomic_add_fetch(&c->rx->space_seq, 1, __ATOMIC_SEQ_CST);
-		syscall(SYS_futex, &c->rx->space_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+		dsock_sys(SYS_futex, &c->rx->space_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 		/* a sender blocked on the futex needs no token; one it never
 		 * reads would stay in its socket and make its close (or its
 		 * death) an RST instead of a FIN */
