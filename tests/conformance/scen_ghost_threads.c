@@ -5,7 +5,8 @@
  * the set, a set's first number closed while a thread waits on a copy,
  * select on a set, waits with little room, a set sent over SCM_RIGHTS,
  * vfork + dup2 + exec.  Under dsock a DEL may leave the kernel's
- * registration in place (src/lib/sock/eghost.c, DSOCK_EPOLL_GHOSTS=1) and
+ * registration in place (src/lib/sock/eghost.c; DSOCK_EPOLL_GHOSTS=0 turns
+ * that off) and
  * a copy of a set is an alias of its key (src/lib/sock/ealias.c). */
 #include "conf.h"
 

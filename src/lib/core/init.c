@@ -112,7 +112,7 @@ __attribute__((constructor)) static void dsock_init(void)
 	dsock_log_setup("dsock", 2, lvl && dsock_log_level_parse(lvl) >= 0 ?
 			dsock_log_level_parse(lvl) : DSOCK_LOG_WARN);
 	dsock_env_init();
-	dsock_epoll_ghosts_on = ghosts && !strcmp(ghosts, "1");
+	dsock_epoll_ghosts_on = !(ghosts && !strcmp(ghosts, "0"));
 	dsock_ghost_test_unsure = unsure && !strcmp(unsure, "1");
 	dsock_bells_on = !(bells && !strcmp(bells, "0"));
 	program_name();

@@ -51,9 +51,12 @@
  * triggered registration holds for what that registration is ready for
  * now (ready.c).  An io_uring ends every set's ghosts for good (uring.c).
  *
- * Off unless DSOCK_EPOLL_GHOSTS=1 (the records of every registration are
- * new); a set polled as a whole by a process without dsock, or taken with
- * pidfd_getfd, shows them.  */
+ * On unless DSOCK_EPOLL_GHOSTS=0.  What shows them: a set polled as a
+ * whole by a process without dsock that took it with pidfd_getfd, and an
+ * io_uring made with the system call instruction itself.  What they miss:
+ * a registration the kernel keeps after its fd closed (a dup or another
+ * process holds the file) is in no record, so a ghost may share its data,
+ * and such a registration's event is then dropped once as the ghost's. */
 #include "lib/sock/epset.h"
 #include "lib/sock/epset_int.h"
 #include "lib/sock/light.h"

@@ -82,8 +82,8 @@ void dsock_epset_fork_child(void);
  * when the tombstones stood at since, is a ghost's (taken out of the
  * kernel's set now) or was one meanwhile: not reported. */
 extern _Atomic long dsock_epoll_ghosts;
-/* Ghosts are made only with DSOCK_EPOLL_GHOSTS=1 (an experiment: see
- * eghost.c for the differences from the kernel that keep it off). */
+/* Ghosts are made unless DSOCK_EPOLL_GHOSTS=0 (eghost.c for what they
+ * cost in exactness). */
 extern int dsock_epoll_ghosts_on;
 /* What may reach a set is watched (dup, nesting, poll or select of the
  * set, SCM_RIGHTS, spawn, close-on-exec: light.h) while ghosts or bells
