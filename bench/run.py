@@ -264,7 +264,7 @@ def nginx_conf(d, p, upstream=None):
     open(d + "/nginx.conf", "w").write(f"""worker_processes 1; pid {d}/nginx.pid; error_log {d}/e.log;
 worker_rlimit_nofile 8192; events {{ worker_connections 4096; }} http {{ access_log off; sendfile on; client_body_temp_path {d}; proxy_temp_path {d};
 fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};
-server {{ listen 127.0.0.1:{p}; root {d}/www; }} }}""")
+server {{ listen 127.0.0.1:{p} backlog=4096; root {d}/www; }} }}""")
 
 
 def wrk(mode, url, conns):

@@ -13,6 +13,7 @@
 static pthread_mutex_t hid_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct dsock_sock **hid;
 static size_t nhid, hid_cap;
+static size_t hid_next; /* where the next walk starts (hid_mu) */
 
 void dsock_hidden_set(struct dsock_sock *s, int *flag, int on)
 {
@@ -62,8 +63,12 @@ int dsock_hidden_each(int (*fn)(struct dsock_sock *s, void *arg), void *arg)
 	int r = 0;
 
 	pthread_mutex_lock(&hid_mu);
-	for (size_t i = 0; i < nhid && !r; i++)
-		r = fn(hid[i], arg);
+	size_t start = hid_next < nhid ? hid_next : 0;
+	for (size_t k = 0; k < nhid && !r; k++) {
+		size_t i = start + k < nhid ? start + k : start + k - nhid;
+		if ((r = fn(hid[i], arg)))
+			hid_next = i + 1;
+	}
 	pthread_mutex_unlock(&hid_mu);
 	return r;
 }

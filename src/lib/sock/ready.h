@@ -81,7 +81,11 @@ void dsock_hidden_set(struct dsock_sock *s, int *flag, int on);
  * the arrival count last reported. */
 int dsock_hidden_sock(struct dsock_sock *s, uint64_t *mark);
 /* Calls fn for each hidden-readable socket, under the list's lock (fn must
- * not change the list), until fn returns non-zero; returns that. */
+ * not change the list), until fn returns non-zero; returns that.  Each
+ * walk starts where the last one that stopped early stopped: a wait with
+ * room for fewer than the list holds reports the others next (a removal
+ * moves the list's last entry into its place, so a walk always from the
+ * start would serve the newest arrivals and starve the middle). */
 int dsock_hidden_each(int (*fn)(struct dsock_sock *s, void *arg), void *arg);
 /* The list's lock around fork: 0 prepare (taken, after the epoll sets'),
  * 1 parent (released), 2 child (made anew). */
