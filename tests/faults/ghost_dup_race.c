@@ -2,8 +2,8 @@
  * registration while the main thread dups the set.  A dup'd set must
  * never keep a registration the application deleted: after both calls the
  * kernel's own epoll_ctl (the instruction itself, past any wrapper and
- * past the syscall() dsock interposes) must be
- * able to ADD the socket again.  Under dsock the DEL may leave the
+ * past the syscall() dsock interposes) must be able to ADD the socket
+ * again.  Under dsock the DEL may leave the
  * kernel's registration in place (a ghost, src/lib/sock/eghost.c) only in
  * sets nothing else reaches, so the dup must end it whichever call comes
  * first.  Prints "trials N kept K"; K must be 0.

@@ -37,15 +37,20 @@ static long now_ns(void)
 	return t.tv_sec * 1000000000L + t.tv_nsec;
 }
 
-/* the kernel's rewrite of a wait's timeout: the time it had left */
-static void time_left(struct timespec *t, long start)
+/* the kernel's rewrite of a wait's timeout after a wait that returned r
+ * (a count, or -1 with errno): the time it had left, errno kept */
+static void time_left(struct timespec *t, long start, int r)
 {
+	int e = errno;
 	long left = t->tv_sec * 1000000000L + t->tv_nsec - (now_ns() - start);
 
+	if (r < 0 && e != EINTR)
+		return; /* (refused: the kernel leaves it) */
 	if (left < 0)
 		left = 0;
 	t->tv_sec = left / 1000000000L;
 	t->tv_nsec = left % 1000000000L;
+	errno = e;
 }
 
 static long routed_ppoll(long a[6])
@@ -58,11 +63,8 @@ static long routed_ppoll(long a[6])
 	if (m && a[4] != SIGSET_BYTES)
 		return dsock_sys(SYS_ppoll, a[0], a[1], a[2], a[3], a[4]);
 	int r = ppoll(fds, (nfds_t)a[1], t, m);
-	if (t && (r >= 0 || errno == EINTR)) {
-		int e = errno;
-		time_left(t, start);
-		errno = e;
-	}
+	if (t)
+		time_left(t, start, r);
 	return r;
 }
 
@@ -82,11 +84,8 @@ static long routed_pselect(long a[6])
 	if (m && ma->size != SIGSET_BYTES)
 		return dsock_sys(SYS_pselect6, a[0], a[1], a[2], a[3], a[4], a[5]);
 	int r = pselect((int)a[0], (fd_set *)a[1], (fd_set *)a[2], (fd_set *)a[3], t, m);
-	if (t && (r >= 0 || errno == EINTR)) {
-		int e = errno;
-		time_left(t, start);
-		errno = e;
-	}
+	if (t)
+		time_left(t, start, r);
 	return r;
 }
 
@@ -98,14 +97,12 @@ static long routed_select(long a[6])
 	long start = tv ? now_ns() : 0;
 	int r = select((int)a[0], (fd_set *)a[1], (fd_set *)a[2], (fd_set *)a[3], tv);
 
-	if (tv && (r >= 0 || errno == EINTR)) {
-		int e = errno;
+	if (tv) {
 		t.tv_sec = tv->tv_sec;
 		t.tv_nsec = tv->tv_usec * 1000L;
-		time_left(&t, start);
+		time_left(&t, start, r);
 		tv->tv_sec = t.tv_sec;
 		tv->tv_usec = t.tv_nsec / 1000L;
-		errno = e;
 	}
 	return r;
 }

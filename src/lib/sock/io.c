@@ -210,9 +210,20 @@ ssize_t dsock_io_sendto(int fd, const void *buf, size_t n, int flags, const stru
 	return SYSRET(dsock_real.sendto(fd, buf, n, flags, a, al));
 }
 
-/* fds passed with SCM_RIGHTS may reach a process without dsock: a
- * transport gives each connection back to the kernel first.  (A failure
- * has reset that connection; the message still goes, as natively.) */
+void dsock_io_hand_over(int fd)
+{
+	struct dsock_sock *s = owned(fd);
+
+	if (s) {
+		if (s->owner->handover)
+			s->owner->handover(s, fd);
+		dsock_sock_put(s);
+	}
+}
+
+/* fds passed with SCM_RIGHTS may reach a process without dsock: each
+ * connection goes back to the kernel first (the message still goes after
+ * a reset, as natively). */
 static void hand_over_rights(const struct msghdr *m)
 {
 	if (!m || !m->msg_control || m->msg_controllen < sizeof(struct cmsghdr))
@@ -225,13 +236,8 @@ static void hand_over_rights(const struct msghdr *m)
 		for (size_t i = 0; i < n; i++) {
 			int pfd;
 			memcpy(&pfd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			struct dsock_sock *s = owned(pfd);
 			dsock_epset_passed(pfd); /* (if an epoll set) */
-			if (s) {
-				if (s->owner->handover)
-					s->owner->handover(s, pfd);
-				dsock_sock_put(s);
-			}
+			dsock_io_hand_over(pfd);
 		}
 	}
 }

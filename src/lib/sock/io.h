@@ -28,6 +28,10 @@ ssize_t dsock_io_sendfile(int out, int in, off_t *off, size_t n);
 ssize_t dsock_sendfile_by_reads(int file, off_t pos, size_t n, ssize_t (*send)(void *arg, const struct msghdr *m),
 				void *arg);
 int dsock_io_shutdown(int fd, int how);
+/* fd may reach a holder without dsock (SCM_RIGHTS, an io_uring): the
+ * transport carrying it gives the connection back to the kernel, in this
+ * process too (a failure has reset it). */
+void dsock_io_hand_over(int fd);
 /* ioctl req (FIONREAD, SIOCATMARK) as the transport carrying fd answers
  * it into *val: 0, or -ENOTSUP: the kernel's answer. */
 int dsock_io_ioctl(int fd, unsigned long req, int *val);

@@ -8,24 +8,18 @@
  * would find it still registered). */
 #include "lib/sock/sock.h"
 #include "lib/sock/epset.h"
-#include "lib/transport/transport.h"
+#include "lib/sock/io.h"
 
 #include <stdatomic.h>
 
 _Atomic int dsock_uring_seen;
 
+/* (the walk's pointer holds no reference: the fd is looked up again) */
 static void back_one(int fd, struct dsock_sock *unused, void *arg)
 {
-	const struct dsock_transport *tp;
-	struct dsock_sock *s = dsock_sock_carried(fd, &tp); /* (a reference of our own) */
-
 	(void)unused;
 	(void)arg;
-	if (!s)
-		return;
-	if (s->owner->handover)
-		s->owner->handover(s, fd);
-	dsock_sock_put(s);
+	dsock_io_hand_over(fd);
 }
 
 void dsock_sock_uring(void)
