@@ -256,6 +256,59 @@ def memcached(mode, clients):
     return float(re.findall(r"TPS: (\d+)", out)[-1])
 
 
+PGBIN = (sorted(__import__("glob").glob("/usr/lib/postgresql/*/bin")) or [None])[-1]
+PG_AS = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []  # (postgres refuses root)
+
+
+def pg_data():
+    """A database for pgbench (scale 1), made once per run, natively."""
+    d = os.path.join(TMP, "pg")
+    if not os.path.exists(d):
+        os.mkdir(d)
+        if PG_AS:
+            shutil.chown(d, "postgres")
+        subprocess.run(PG_AS + [PGBIN + "/initdb", "-D", d + "/data", "-A", "trust", "-U", "postgres"],
+                       env=ENV, capture_output=True, check=True)
+        srv, p = pg_start("native")
+        subprocess.run(PG_AS + ["pgbench", "-h", "127.0.0.1", "-p", str(p), "-U", "postgres", "-i", "-s", "1",
+                                "postgres"], env=ENV, capture_output=True, check=True)
+        pg_stop()
+    return d
+
+
+def pg_start(mode):
+    d, p = os.path.join(TMP, "pg"), port()
+    srv = subprocess.Popen(PG_AS + wrap(mode) + [PGBIN + "/postgres", "-D", d + "/data", "-h", "127.0.0.1",
+                           "-p", str(p), "-k", d, "-c", "fsync=off", "-c", "max_connections=300"],
+                           env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        if subprocess.run([PGBIN + "/pg_isready", "-q", "-h", "127.0.0.1", "-p", str(p)]).returncode == 0:
+            break
+        time.sleep(0.1)
+    return srv, p
+
+
+def pg_stop():
+    subprocess.run(PG_AS + [PGBIN + "/pg_ctl", "-D", os.path.join(TMP, "pg", "data"), "-m", "fast", "-w", "stop"],
+                   env=ENV, capture_output=True)
+
+
+def pgbench(mode, clients):
+    """PostgreSQL (its postmaster forks a backend for each connection, which
+    pairs once the postmaster closed its copy) under pgbench's read-only
+    load (-S: one indexed SELECT per transaction, `clients` connections in
+    at most 2 threads): the average latency and transactions/s."""
+    pg_data()
+    srv, p = pg_start(mode)
+    out = subprocess.run(PG_AS + wrap(mode) + ["pgbench", "-h", "127.0.0.1", "-p", str(p), "-U", "postgres",
+                         "-c", str(clients), "-j", str(min(2, clients)), "-T", str(S), "-S", "postgres"],
+                         env=ENV, capture_output=True, text=True, timeout=600).stdout
+    pg_stop()
+    srv.wait(timeout=30)
+    return (float(re.search(r"latency average = ([\d.]+) ms", out).group(1)) * 1000,
+            float(re.search(r"tps = ([\d.]+)", out).group(1)))
+
+
 def nginx_conf(d, p, upstream=None):
     os.makedirs(d + "/www", mode=0o755, exist_ok=True)
     open(d + "/www/s.txt", "w").write("x" * 100)
@@ -483,6 +536,10 @@ for test in ("get", "set"):
 for clients in ((50, 100, 1000) if FULL else (50, 1000)):
     measure(f"memcached, memcaslap {clients} clients (9:1 get:set)", memcached, clients,
             metrics=[("", "req/s", "higher", 0)])
+if PGBIN and shutil.which("pgbench"):
+    for clients in ((1, 8, 100) if FULL else (1, 8)):
+        measure(f"PostgreSQL, pgbench -S {clients} client{'s' if clients > 1 else ''}", pgbench, clients,
+                metrics=[(", latency average", "us", "lower", 0), ("", "transactions/s", "higher", 1)])
 for path, label in (("s.txt", "100 B"), ("big.bin", "1 MiB")):
     for conns in (1, 32) + ((100, 1000) if FULL and label == "100 B" else (1000,) if label == "100 B" else ()):
         measure(f"nginx {label} file, wrk {conns} connection{'s' if conns > 1 else ''}", nginx, path, conns,

@@ -4,7 +4,7 @@
 set -eu
 PKGS="build-essential make gcc clang libclang-rt-dev gdb python3 iproute2 procps
       sockperf iperf3 redis-server redis-tools nginx-light wrk haproxy curl bc linux-perf
-      memcached libmemcached-tools"
+      memcached libmemcached-tools postgresql default-jdk-headless"
 SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
 missing=
@@ -17,7 +17,7 @@ if [ -n "$missing" ]; then
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 # Packaged servers may start themselves; the tests run their own instances.
-for svc in nginx redis-server haproxy memcached; do
+for svc in nginx redis-server haproxy memcached postgresql; do
 	$SUDO systemctl stop "$svc" >/dev/null 2>&1 || $SUDO service "$svc" stop >/dev/null 2>&1 || true
 done
 echo "test dependencies present"

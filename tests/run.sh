@@ -84,13 +84,16 @@ conformance_back() {
 # the pair are not in the kernel's stream, so its read position is
 # another), a full peer whose kernel window would reopen later keeps a
 # socketpair's buffer full (cold tcp6 epollout_level_full_peer: the switch
-# came in the middle of the fill), and a hand-over with bytes still unread
+# came in the middle of the fill), a hand-over with bytes still unread
 # in the pair resets the connection (uring_on_a_connection: the io_uring
-# comes with bytes waiting).
+# comes with bytes waiting), and so does the last close after one holder
+# of a forked connection closed its copy with bytes unread in the pair
+# (prefork_both_move_bytes_then_parent_closes: it counts no holders).
 conformance_socketpair() {
 	mkdir -p "$RUNDIR/socketpair"
 	DSOCK_FASTPATH=1 DSOCK_TRANSPORTS=socketpair "$BUILD/tests/conformance" -j 2 -f tcp -r "$RUNDIR/socketpair" \
-		-m 90 -k /urgent_two_in_a_row,tcp6/epollout_level_full_peer,/uring_on_a_connection -w "$BUILD/bin/dsock run --" \
+		-m 90 -k /urgent_two_in_a_row,tcp6/epollout_level_full_peer,/uring_on_a_connection,/prefork_both_move_bytes_then_parent_closes \
+		-w "$BUILD/bin/dsock run --" \
 		"$BUILD/tests/conf-scen"
 }
 

@@ -3,7 +3,8 @@
 # data: sockperf (TCP, UDP, --data-integrity), redis (cli + benchmark),
 # nginx (wrk + a large curl download, checksum), iperf3, Python socket and
 # asyncio echo, Node.js echo with and without io_uring, haproxy in front
-# of nginx.  Each check also asks the daemon whether the program really ran
+# of nginx, memcached (memccp/memccat, memcaslap), PostgreSQL (psql COPY,
+# pgbench), a Java NIO echo.  Each check also asks the daemon whether the program really ran
 # under dsock, and each TCP client's library whether its connections moved
 # bytes through shared memory.
 # Usage: tests/apps/run_apps.sh [BUILD_DIR]   Closing line: "apps: N passed, N failed".
@@ -17,6 +18,8 @@ PASS=0 FAIL=0
 PIDS=()
 
 cleanup() {
+	# (postgres: an immediate shutdown; it outlives a runuser killed)
+	[ -f "$T/pg/data/postmaster.pid" ] && kill -QUIT "$(head -1 "$T/pg/data/postmaster.pid")" 2>/dev/null
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
 	[ -f "$T/nginx.pid" ] && kill "$(cat "$T/nginx.pid")" 2>/dev/null
 	sleep 0.3
@@ -291,6 +294,173 @@ if need node; then
 			bad "node.js net echo, UV_USE_IO_URING=$uring" "$T/node.$uring"
 		fi
 	done
+fi
+
+# ---- memcached ---------------------------------------------------------------------
+# A 600 KB value stored and fetched with libmemcached's memccp / memccat, then
+# memcaslap's mixed load (its connections must use the rings).
+if need memcached && need memccp && need memccat && need memcaslap; then
+	P=$(free_port)
+	bg memcached -u "$(id -un)" -l 127.0.0.1 -p "$P" -U 0 -m 64 -I 2m
+	if wait_port "$P"; then
+		mkdir -p "$T/mc"
+		head -c 600000 /dev/urandom >"$T/mc/blob"
+		"$DSOCK" run -- memccp --servers="127.0.0.1:$P" "$T/mc/blob" >"$T/mc.err" 2>&1
+		# (memccat ends the value with a newline)
+		"$DSOCK" run -- memccat --servers="127.0.0.1:$P" blob 2>>"$T/mc.err" | head -c -1 >"$T/mc/got"
+		if cmp -s "$T/mc/blob" "$T/mc/got" && registered memcached; then
+			ok "memccp/memccat 600 KB value byte-exact"
+		else
+			bad "memccp/memccat" "$T/mc.err"
+		fi
+		if run mcslap memcaslap -s "127.0.0.1:$P" -T 1 -c 16 -t 2s >"$T/mcslap" 2>&1 \
+			&& grep -q "TPS:" "$T/mcslap" && on_shm mcslap >/dev/null; then
+			ok "memcaslap 16 connections ($(grep -o 'TPS: [0-9]*' "$T/mcslap" | tail -1), on shared memory)"
+		else
+			bad "memcaslap" "$T/mcslap"
+		fi
+	else
+		bad "memcached did not start"
+	fi
+fi
+
+# ---- PostgreSQL --------------------------------------------------------------------
+# The postmaster accepts each connection and forks a backend that serves it:
+# the pairing is made by the backend once the postmaster closed its copy.
+# 2 MB of text through COPY and back, byte-exact, then pgbench's read-only
+# load, whose connections must use the rings.  PostgreSQL refuses to run as
+# root, so as root it runs as the postgres user, with a daemon of its own.
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+if [ -z "$PGBIN" ]; then
+	bad "PostgreSQL is not installed (run scripts/install-test-deps.sh)"
+elif need pgbench && need psql; then
+	PGD="$T/pg"
+	mkdir -p "$PGD"
+	AS=()
+	if [ "$(id -u)" = 0 ]; then
+		chown postgres "$PGD"
+		AS=(runuser -u postgres --)
+	fi
+	pg() { "${AS[@]}" env DSOCK_SOCKET="$PGD/dsockd.sock" "$@"; }
+	P=$(free_port)
+	pg "$PGBIN/initdb" -D "$PGD/data" -A trust -U postgres >"$T/pg.init" 2>&1
+	pg "$DSOCK" run -- "$PGBIN/postgres" -D "$PGD/data" -h 127.0.0.1 -p "$P" -k "$PGD" -c fsync=off \
+		>"$T/pg.log" 2>&1 &
+	PIDS+=($!)
+	if wait_port "$P"; then
+		for _ in $(seq 50); do pg "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$P" && break; sleep 0.1; done
+		Q=(-h 127.0.0.1 -p "$P" -U postgres -X -q postgres)
+		head -c 1500000 /dev/urandom | base64 >"$PGD/in.txt"
+		chmod a+r "$PGD/in.txt"
+		pg "$DSOCK" run -- psql "${Q[@]}" -c "create table t (id serial, v text)" >"$T/pg.out" 2>&1
+		pg "$DSOCK" run -- psql "${Q[@]}" -c "\\copy t (v) from '$PGD/in.txt'" >>"$T/pg.out" 2>&1
+		pg DSOCK_FASTPATH_REPORT="$PGD/fp.psql" "$DSOCK" run -- psql "${Q[@]}" -At -c "select v from t order by id" \
+			>"$PGD/got.txt" 2>>"$T/pg.out"
+		if cmp -s "$PGD/in.txt" "$PGD/got.txt"; then
+			ok "psql COPY 2 MB in and out byte-exact ($([ -s "$PGD/fp.psql" ] && echo "on shared memory" || echo "on the kernel"))"
+		else
+			bad "psql COPY in and out" "$T/pg.out"
+		fi
+		pg "$DSOCK" run -- pgbench "${Q[@]::6}" -i -s 1 postgres >"$T/pgbench.init" 2>&1
+		pg DSOCK_FASTPATH_REPORT="$PGD/fp.bench" "$DSOCK" run -- pgbench "${Q[@]::6}" -c 4 -j 2 -T 2 -S postgres \
+			>"$T/pgbench" 2>&1
+		if grep -q "number of failed transactions: 0 " "$T/pgbench" && grep -q "^tps" "$T/pgbench" \
+			&& [ -s "$PGD/fp.bench" ] && awk '{ s += $2 } END { exit !(s >= 4) }' "$PGD/fp.bench"; then
+			ok "pgbench 4 clients, read-only ($(grep -o 'tps = [0-9]*' "$T/pgbench"), $(awk '{ s += $2 } END { print s }' "$PGD/fp.bench") connections on shared memory)"
+		else
+			bad "pgbench" "$T/pgbench"
+		fi
+	else
+		bad "postgres did not start" "$T/pg.log"
+	fi
+	pg "$PGBIN/pg_ctl" -D "$PGD/data" -m fast -w stop >/dev/null 2>&1
+	pg "$DSOCK" stop >/dev/null 2>&1
+fi
+
+# ---- Java -------------------------------------------------------------------------
+# A NIO Selector echo server (epoll) and a blocking client with a reader
+# thread: the echo conversation of the others, then 4 MiB in one write.
+JAVA_ECHO='import java.io.*;
+import java.net.*;
+import java.nio.ByteBuffer;
+import java.nio.channels.*;
+import java.util.*;
+
+// A NIO Selector echo server (epoll underneath) and a blocking client
+// with a reader thread: an echo conversation, then 4 MiB in one write.
+public class EchoTest {
+    public static void main(String[] a) throws Exception {
+        Selector sel = Selector.open();
+        ServerSocketChannel srv = ServerSocketChannel.open();
+        srv.bind(new InetSocketAddress("127.0.0.1", 0));
+        srv.configureBlocking(false);
+        srv.register(sel, SelectionKey.OP_ACCEPT);
+        int port = ((InetSocketAddress) srv.getLocalAddress()).getPort();
+        Thread server = new Thread(() -> {
+            try {
+                ByteBuffer buf = ByteBuffer.allocate(65536);
+                while (true) {
+                    sel.select();
+                    Iterator<SelectionKey> it = sel.selectedKeys().iterator();
+                    while (it.hasNext()) {
+                        SelectionKey k = it.next();
+                        it.remove();
+                        if (k.isAcceptable()) {
+                            SocketChannel c = srv.accept();
+                            c.configureBlocking(false);
+                            c.register(sel, SelectionKey.OP_READ);
+                        } else if (k.isReadable()) {
+                            SocketChannel c = (SocketChannel) k.channel();
+                            buf.clear();
+                            int n = c.read(buf);
+                            if (n < 0) { c.close(); return; }
+                            buf.flip();
+                            while (buf.hasRemaining()) {
+                                if (c.write(buf) == 0) Thread.onSpinWait();
+                            }
+                        }
+                    }
+                }
+            } catch (IOException e) { e.printStackTrace(); }
+        });
+        server.setDaemon(true);
+        server.start();
+        byte[] data = new byte[4 << 20];
+        new Random(7).nextBytes(data);
+        Socket s = new Socket("127.0.0.1", port);
+        s.setTcpNoDelay(true);
+        OutputStream out = s.getOutputStream();
+        DataInputStream in = new DataInputStream(s.getInputStream());
+        boolean ok = true;
+        for (int i = 0; i < 200; i++) {
+            int off = i * 20000, len = 1 + (i * 7919) % 65536;
+            out.write(data, off, len);
+            byte[] got = new byte[len];
+            in.readFully(got);
+            ok &= Arrays.equals(got, 0, len, data, off, off + len);
+        }
+        byte[] all = new byte[data.length];
+        Thread reader = new Thread(() -> {
+            try { in.readFully(all); } catch (IOException e) { e.printStackTrace(); }
+        });
+        reader.start();
+        out.write(data);
+        reader.join();
+        ok &= Arrays.equals(all, data);
+        s.shutdownOutput();
+        System.out.println(ok && in.read() == -1 ? "ok" : "MISMATCH");
+        s.close();
+    }
+}'
+if need java; then
+	mkdir -p "$T/java"
+	printf '%s\n' "$JAVA_ECHO" >"$T/java/EchoTest.java"
+	if run java java "$T/java/EchoTest.java" >"$T/java.out" 2>&1 && grep -qx ok "$T/java.out" \
+		&& on_shm java >/dev/null; then
+		ok "java NIO echo byte-exact (on shared memory)"
+	else
+		bad "java NIO echo" "$T/java.out"
+	fi
 fi
 
 echo "apps: $PASS passed, $FAIL failed"

@@ -1,5 +1,5 @@
 /* Connection life of the shm transport: offer, pairing result, attach,
- * fork and exec hand-over, release. */
+ * release (fork: forked.c; exec: exec.c). */
 #include "lib/transport/shm/shm.h"
 #include "lib/ctl/ctl.h"
 #include "lib/base/exec_target.h"
@@ -30,49 +30,50 @@
 #define PENDING_GIVE_UP_MS 10000 /* the daemon always answers well before */
 
 /* Connections due to offer or offered and waiting for a RESULT (a fork
- * refuses them all), and the offered ones by socket id, for the RESULT to
+ * refuses the offered ones in both processes and shares the others:
+ * forked.c), and the offered ones by socket id, for the RESULT to
  * find: O(1) each, however many connections are being set up at once. */
-static pthread_mutex_t pending_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct shm_conn *pending;
+pthread_mutex_t shm_pending_mu = PTHREAD_MUTEX_INITIALIZER;
+struct shm_conn *shm_pending;
 static struct dsock_hmap offered; /* sock id -> its shm_conn */
 /* The connections whose memory this process maps and counts in maps:
  * a fork counts each again for the child, which releases each once
- * (held_mu after pending_mu).  A connection is on the pending list or on
- * this one, never on both, and moves between them under both locks: a
- * fork in between would leave a child that releases a count nobody
- * added, and the daemon could give the slot to a new connection while a
- * process still uses it. */
-static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct shm_conn *held;
+ * (shm_held_mu after shm_pending_mu).  A connection is on the pending
+ * list or on this one, never on both, and moves between them under both
+ * locks: a fork in between would leave a child that releases a count
+ * nobody added, and the daemon could give the slot to a new connection
+ * while a process still uses it. */
+pthread_mutex_t shm_held_mu = PTHREAD_MUTEX_INITIALIZER;
+struct shm_conn *shm_held;
 
 void shm_held_add(struct shm_conn *c, int add_map)
 {
-	pthread_mutex_lock(&held_mu);
+	pthread_mutex_lock(&shm_held_mu);
 	if (add_map)
 		__atomic_add_fetch(&c->h->maps[c->side], 1, __ATOMIC_SEQ_CST);
 	c->mapped = 1;
 	c->hprev = NULL;
-	c->hnext = held;
-	if (held)
-		held->hprev = c;
-	held = c;
+	c->hnext = shm_held;
+	if (shm_held)
+		shm_held->hprev = c;
+	shm_held = c;
 	c->on_held = 1;
-	pthread_mutex_unlock(&held_mu);
+	pthread_mutex_unlock(&shm_held_mu);
 }
 
 static void held_remove(struct shm_conn *c)
 {
 	if (!c->on_held)
 		return;
-	pthread_mutex_lock(&held_mu);
+	pthread_mutex_lock(&shm_held_mu);
 	if (c->hprev)
 		c->hprev->hnext = c->hnext;
 	else
-		held = c->hnext;
+		shm_held = c->hnext;
 	if (c->hnext)
 		c->hnext->hprev = c->hprev;
 	c->on_held = 0;
-	pthread_mutex_unlock(&held_mu);
+	pthread_mutex_unlock(&shm_held_mu);
 }
 
 int shm_active(const struct shm_conn *c)
@@ -81,23 +82,23 @@ int shm_active(const struct shm_conn *c)
 	       __atomic_load_n(&c->peer->attached, __ATOMIC_ACQUIRE) == DSOCK_ATT_ATTACHED;
 }
 
-/* Found by its socket id, for the RESULT (pending_mu held): 0 or -ENOMEM. */
+/* Found by its socket id, for the RESULT (shm_pending_mu held): 0 or -ENOMEM. */
 static int list_offered_locked(struct shm_conn *c)
 {
 	return dsock_hmap_put(&offered, c->sock->id, (uint64_t)(uintptr_t)c) < 0 ? -ENOMEM : 0;
 }
 
-/* On the pending list (pending_mu held); offered: found by its id too
+/* On the pending list (shm_pending_mu held); offered: found by its id too
  * (0, or -ENOMEM with c not listed). */
-static int list_pending_locked(struct shm_conn *c, int offered_too)
+int shm_list_pending_locked(struct shm_conn *c, int offered_too)
 {
 	if (offered_too && list_offered_locked(c))
 		return -ENOMEM;
 	c->prev = NULL;
-	c->next = pending;
-	if (pending)
-		pending->prev = c;
-	pending = c;
+	c->next = shm_pending;
+	if (shm_pending)
+		shm_pending->prev = c;
+	shm_pending = c;
 	c->listed = 1;
 	return 0;
 }
@@ -109,7 +110,7 @@ static void unlink_pending_locked(struct shm_conn *c)
 	if (c->prev)
 		c->prev->next = c->next;
 	else
-		pending = c->next;
+		shm_pending = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
 	c->next = c->prev = NULL;
@@ -121,9 +122,9 @@ static void unlink_pending_locked(struct shm_conn *c)
 
 static void unlink_pending(struct shm_conn *c)
 {
-	pthread_mutex_lock(&pending_mu);
+	pthread_mutex_lock(&shm_pending_mu);
 	unlink_pending_locked(c);
-	pthread_mutex_unlock(&pending_mu);
+	pthread_mutex_unlock(&shm_pending_mu);
 }
 
 /* dsock_fastpath_conns counts attached connections still on the
@@ -188,10 +189,10 @@ static void attach(struct dsock_sock *s, const struct shm_given *g)
 		/* listed again while it waits: a fork before the claim refuses
 		 * it in both processes (a child that found it unlisted would
 		 * claim the result too, and attach the same connection) */
-		pthread_mutex_lock(&pending_mu);
+		pthread_mutex_lock(&shm_pending_mu);
 		if (!c->listed)
-			list_pending_locked(c, 0);
-		pthread_mutex_unlock(&pending_mu);
+			shm_list_pending_locked(c, 0);
+		pthread_mutex_unlock(&shm_pending_mu);
 		/* release: a claimer (shm_progress) sees what was given */
 		__atomic_store_n(&c->delayed_set, 1, __ATOMIC_RELEASE);
 		return;
@@ -214,15 +215,16 @@ static void attach(struct dsock_sock *s, const struct shm_given *g)
 	 * connection while we count.  A refused one stays mapped and counted
 	 * until its release (a racing shutdown may still write its closing
 	 * flag), never counted among the holders. */
-	pthread_mutex_lock(&pending_mu);
-	unsigned refuse = (unsigned)c->refuse;
+	pthread_mutex_lock(&shm_pending_mu);
+	unsigned refuse = shm_refused(c);
 	unlink_pending_locked(c);
 	if (refuse) {
 		c->let_go = 1;
 		shm_held_add(c, 1);
 	} else {
 		/* no kernel read is in flight: the count is exact (side.kread) */
-		__atomic_store_n(&c->me->kread, (uint64_t)atomic_load(&c->pending_read), __ATOMIC_RELEASE);
+		__atomic_store_n(&c->me->kread, (uint64_t)atomic_load(c->read_cnt), __ATOMIC_RELEASE);
+		shm_forked_attached(c);
 		__atomic_store_n(&c->me->tx_base, c->tx_base, __ATOMIC_RELAXED); /* (a peer's hand-over) */
 		/* (before a fork can count the child in) */
 		__atomic_store_n(&c->me->holders, 1, __ATOMIC_RELEASE);
@@ -236,10 +238,10 @@ static void attach(struct dsock_sock *s, const struct shm_given *g)
 		/* seq_cst: the peer switches only after it sees this */
 		__atomic_store_n(&c->me->attached, DSOCK_ATT_ATTACHED, __ATOMIC_SEQ_CST);
 		c->state = SC_ATTACHED;
-		/* (exact: a fork bumps it again under pending_mu) */
+		/* (exact: a fork bumps it again under shm_pending_mu) */
 		c->fork_gen = shm_fork_gen;
 	}
-	pthread_mutex_unlock(&pending_mu);
+	pthread_mutex_unlock(&shm_pending_mu);
 	if (refuse) {
 		__atomic_store_n(&c->me->attached, DSOCK_ATT_REFUSED, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(&c->mu);
@@ -275,14 +277,14 @@ void shm_on_result(const struct dsock_msg_result *r, int memfd)
 		return;
 	}
 	uint64_t v = 0;
-	pthread_mutex_lock(&pending_mu);
+	pthread_mutex_lock(&shm_pending_mu);
 	/* (ids 0 and ~0 are no socket's, and no key of the table) */
 	c = r->sock_id && ~r->sock_id && dsock_hmap_get(&offered, r->sock_id, &v) ? (struct shm_conn *)(uintptr_t)v
 									    : NULL;
 	if (c)
 		c->offer_done = 1;
 	if (c && r->result == DSOCK_RES_HELD) {
-		pthread_mutex_unlock(&pending_mu);
+		pthread_mutex_unlock(&shm_pending_mu);
 		return; /* still pending; only the close waits for this */
 	}
 	if (c) {
@@ -294,7 +296,7 @@ void shm_on_result(const struct dsock_msg_result *r, int memfd)
 			unlink_pending_locked(c);
 		dsock_sock_hold(c->sock);
 	}
-	pthread_mutex_unlock(&pending_mu);
+	pthread_mutex_unlock(&shm_pending_mu);
 	DSOCK_DBG("result for sock %llu: %s (side %u, reason %s)%s", (unsigned long long)r->sock_id,
 		  r->result == DSOCK_RES_PAIRED ? "paired" : "kernel", r->side, dsock_reason_name(r->reason),
 		  c ? "" : " - no such pending socket");
@@ -329,6 +331,8 @@ struct shm_conn *shm_new_conn(struct dsock_sock *s)
 	c->exec_memfd = -1;
 	c->kfd = -1;
 	c->sock = s;
+	c->read_cnt = &c->pending_read;
+	c->sent_cnt = &c->early_sent;
 	pthread_mutex_init(&c->mu, NULL);
 	return c;
 }
@@ -339,13 +343,19 @@ static int send_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 	int r = 0;
 
 	/* listed all along, from OFFER_DUE through PENDING: a fork in
-	 * between must find it (it refuses every pairing not yet attached,
-	 * in both processes) */
-	pthread_mutex_lock(&pending_mu);
+	 * between must find it (it refuses an offered one in both processes,
+	 * and shares one due to offer) */
+	pthread_mutex_lock(&shm_pending_mu);
+	if (!shm_forked_alone(c)) {
+		/* a fork shared it meanwhile (it holds shm_pending_mu to count) */
+		pthread_mutex_unlock(&shm_pending_mu);
+		*reason = DSOCK_R_PENDING;
+		return 0;
+	}
 	c->state = SC_PENDING;
 	c->pending_since_ms = dsock_mono_ns() / 1000000;
-	r = c->listed ? list_offered_locked(c) : list_pending_locked(c, 1);
-	pthread_mutex_unlock(&pending_mu);
+	r = c->listed ? list_offered_locked(c) : shm_list_pending_locked(c, 1);
+	pthread_mutex_unlock(&shm_pending_mu);
 	if (r) {
 		*reason = DSOCK_R_NO_DAEMON;
 		return r;
@@ -355,11 +365,11 @@ static int send_offer(struct dsock_sock *s, int fd, int role, unsigned *reason)
 	if (r == -EAGAIN && ++c->offer_busy < OFFER_BUSY_TRIES) {
 		/* the daemon's queue is full (an offer storm): offered again
 		 * at the next call, not never; it stays listed */
-		pthread_mutex_lock(&pending_mu);
+		pthread_mutex_lock(&shm_pending_mu);
 		dsock_hmap_del(&offered, c->sock->id);
 		c->state = SC_OFFER_DUE;
 		c->calls = shm_offer_calls - 1;
-		pthread_mutex_unlock(&pending_mu);
+		pthread_mutex_unlock(&shm_pending_mu);
 		*reason = DSOCK_R_PENDING;
 		return 0;
 	}
@@ -391,9 +401,9 @@ int shm_offer(struct dsock_sock *s, int fd, int role, void **priv, unsigned *rea
 	 * completed. */
 	c->state = SC_OFFER_DUE;
 	c->role = role;
-	pthread_mutex_lock(&pending_mu);
-	list_pending_locked(c, 0);
-	pthread_mutex_unlock(&pending_mu);
+	pthread_mutex_lock(&shm_pending_mu);
+	shm_list_pending_locked(c, 0);
+	pthread_mutex_unlock(&shm_pending_mu);
 	*reason = DSOCK_R_PENDING;
 	(void)fd;
 	return 0;
@@ -417,17 +427,6 @@ static uint16_t service_port(int fd, int role)
 	return 0;
 }
 
-/* SO_RCVLOWAT above 1, set before the connection existed or inherited
- * from its listener (setsockopt on it afterwards is shm_sockopt's): the
- * kernel would not wake a poller for a 1-byte token, so it stays there. */
-static int rcvlowat_set(int fd)
-{
-	int v = 1;
-	socklen_t l = sizeof(v);
-
-	return dsock_real.getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &l) == 0 && v > 1;
-}
-
 /* OFFER_DUE: counts the call, and offers the connection when its turn
  * has come and it is established.  One thread does it (a reader and a
  * writer thread may both make a fresh connection's first calls, and two
@@ -448,7 +447,13 @@ static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 	 * that lives for one small exchange (a request, its answer, the
 	 * close) never costs a pairing, nor a system call of ours */
 	if (c->state == SC_OFFER_DUE && (++c->calls >= shm_offer_calls ||
-	    atomic_load(&c->pending_read) + atomic_load(&c->early_sent) >= OFFER_BYTES)) {
+	    atomic_load(c->read_cnt) + atomic_load(c->sent_cnt) >= OFFER_BYTES)) {
+		/* (shared by a fork: offered once the other holders closed it) */
+		if (!shm_forked_alone(c) && !shm_refused(c)) {
+			c->calls = shm_offer_calls;
+			atomic_store(&c->offering, 0);
+			return;
+		}
 		/* the state, not SO_ERROR: reading that would consume a pending
 		 * error (a reset) that the application must still see */
 		struct tcp_info ti;
@@ -457,13 +462,14 @@ static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 		    (ti.tcpi_state != TCP_ESTABLISHED && ti.tcpi_state != TCP_SYN_SENT &&
 		     ti.tcpi_state != TCP_SYN_RECV)) {
 			shm_detach(s, DSOCK_R_NOT_ESTABLISHED);
-		} else if (ti.tcpi_state == TCP_ESTABLISHED && rcvlowat_set(fd)) {
+		} else if (ti.tcpi_state == TCP_ESTABLISHED && shm_rcvlowat_set(fd)) {
 			shm_detach(s, DSOCK_R_RCVLOWAT);
 		} else if (ti.tcpi_state == TCP_ESTABLISHED) {
 			s->state = DSOCK_ST_CONNECTED;
 			c->service = service_port(fd, c->role);
-			if (c->refuse || shm_calibrate(c, fd) || send_offer(s, fd, c->role, &reason))
-				shm_detach(s, c->refuse ? (unsigned)c->refuse : DSOCK_R_NO_DAEMON);
+			unsigned refuse = shm_refused(c);
+			if (refuse || shm_calibrate(c, fd) || send_offer(s, fd, c->role, &reason))
+				shm_detach(s, refuse ? refuse : DSOCK_R_NO_DAEMON);
 		} /* else still connecting: a later call looks again */
 	}
 	atomic_store(&c->offering, 0);
@@ -514,6 +520,7 @@ void shm_release(struct dsock_sock *s)
 	if (!c)
 		return;
 	unlink_pending(c); /* whatever its state: freed, it must be on no list */
+	shm_forked_release(c);
 	shm_link_leave(c); /* before the unmap: a poller of ours may look at the ring */
 	if (c->state == SC_ATTACHED) {
 		shm_linger_forget(c);
@@ -540,70 +547,7 @@ void shm_release(struct dsock_sock *s)
 	free(c);
 }
 
-/* ---- fork ------------------------------------------------------------------ */
-void shm_fork_prepare(void)
+void shm_offered_forget(void)
 {
-	/* connections from before the fork may be read by both processes: no
-	 * lease may outlive a recv on them any more */
-	shm_settle_lingering();
-	shm_fork_gen++;
-	/* held across the fork: no offer slips in between */
-	pthread_mutex_lock(&pending_mu);
-	/* again: an attach that read it under pending_mu before us takes
-	 * its connection for unshared no more (its link join fails) */
-	shm_fork_gen++;
-	for (struct shm_conn *c = pending; c; c = c->next)
-		c->refuse = DSOCK_R_FORKED;
-	/* the child holds every attached connection too: counted here, before
-	 * the fork returns, or the parent's close could come first and end a
-	 * connection the child goes on using (its tokens would stop) */
-	pthread_mutex_lock(&held_mu);
-	for (struct shm_conn *c = held; c; c = c->hnext) {
-		if (!c->let_go)
-			__atomic_add_fetch(&c->me->holders, 1, __ATOMIC_SEQ_CST);
-		if (c->mapped) /* the child maps it too until its release */
-			__atomic_add_fetch(&c->h->maps[c->side], 1, __ATOMIC_SEQ_CST);
-	}
-	/* and none stays on a link */
-	shm_link_fork_prepare();
-	shm_pool_fork_prepare();
-}
-
-void shm_fork_parent(void)
-{
-	shm_pool_fork_parent();
-	shm_link_fork_parent();
-	pthread_mutex_unlock(&held_mu);
-	pthread_mutex_unlock(&pending_mu);
-}
-
-void shm_fork_child(void)
-{
-	struct shm_conn *list = pending;
-
-	shm_forget_tid();
-	shm_link_fork_child();
-	shm_pool_fork_child();
-	shm_membarrier_register(); /* a registration is the address space's */
-	pthread_mutex_init(&held_mu, NULL);
-	/* the child counts the connections it moves bytes through itself */
-	atomic_store(&shm_ring_conns, 0);
-	atomic_store(&shm_back_conns, 0);
-	for (struct shm_conn *c = held; c; c = c->hnext)
-		c->used_ring = 0;
-
-	pthread_mutex_init(&pending_mu, NULL);
-	pending = NULL;
 	dsock_hmap_free(&offered);
-	/* the answers go to the parent: here these stay on the kernel; one
-	 * that a thread of the parent was attaching may be mapped already,
-	 * uncounted for us: dropped untouched */
-	for (struct shm_conn *c = list, *next; c; c = next) {
-		next = c->next;
-		c->next = c->prev = NULL;
-		c->listed = 0;
-		c->state = SC_PENDING;
-		shm_unmap(c);
-		dsock_sock_detach(c->sock, DSOCK_R_FORKED);
-	}
 }

@@ -57,7 +57,7 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 	if (__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) != &dsock_shm_transport || !(c = shm_conn(s)))
 		return;
 	if (c->state != SC_ATTACHED) {
-		c->refuse = DSOCK_R_FORKED; /* the new program will not hear the answer */
+		shm_refuse(c, DSOCK_R_FORKED); /* the new program will not hear the answer */
 		return;
 	}
 	if (w->restore) {
@@ -222,6 +222,8 @@ int shm_let_go(struct shm_conn *c)
  * close would (tokens drained: a FIN, not a reset). */
 static void exit_one(int fd, struct dsock_sock *s, void *arg)
 {
+	if (s->owner == &dsock_shm_transport && shm_conn(s))
+		shm_forked_exit(shm_conn(s));
 	if (s->owner == &dsock_shm_transport && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) && shm_conn(s))
 		shm_closing(s, fd);
 }

@@ -274,6 +274,17 @@ static int go_back_failed(struct dsock_sock *s, int fd, int pfd, unsigned reason
 	return shm_reset(s, fd, reason);
 }
 
+/* SO_RCVLOWAT above 1, set before the connection existed or inherited
+ * from its listener (setsockopt on it afterwards is shm_sockopt's): the
+ * kernel would not wake a poller for a 1-byte token, so it stays there. */
+int shm_rcvlowat_set(int fd)
+{
+	int v = 1;
+	socklen_t l = sizeof(v);
+
+	return dsock_real.getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, &l) == 0 && v > 1;
+}
+
 int shm_go_back(struct dsock_sock *s, int fd, uint32_t why)
 {
 	struct shm_conn *c = shm_conn(s);
@@ -284,7 +295,7 @@ int shm_go_back(struct dsock_sock *s, int fd, uint32_t why)
 
 	if (!c || c->state != SC_ATTACHED) {
 		if (c && c->state != SC_ATTACHED)
-			c->refuse = why == DSOCK_BACK_URGENT ? DSOCK_R_URGENT : DSOCK_R_RCVLOWAT;
+			shm_refuse(c, why == DSOCK_BACK_URGENT ? DSOCK_R_URGENT : DSOCK_R_RCVLOWAT);
 		return 0;
 	}
 	__atomic_compare_exchange_n(&c->me->back_req, &none, why, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
@@ -319,7 +330,7 @@ int shm_handover(struct dsock_sock *s, int fd)
 	if (!c)
 		return 0;
 	if (c->state != SC_ATTACHED) {
-		c->refuse = DSOCK_R_HANDED_OVER; /* a pairing still to come is refused */
+		shm_refuse(c, DSOCK_R_HANDED_OVER); /* a pairing still to come is refused */
 		return 0;
 	}
 	__atomic_store_n(&c->me->back_req, DSOCK_BACK_HANDOVER, __ATOMIC_SEQ_CST);

@@ -204,7 +204,7 @@ static ssize_t recv_pending(struct dsock_sock *s, struct shm_conn *c, int fd, st
 		r = dsock_real.recvmsg(fd, m, flags);
 		err = errno;
 		if (r > 0 && !(flags & MSG_PEEK))
-			atomic_fetch_add(&c->pending_read, r);
+			atomic_fetch_add(c->read_cnt, r);
 		atomic_fetch_sub(&c->kernel_rx_inflight, 1);
 		return r < 0 ? -err : r;
 	} while (!shm_progress(s, fd) || c->state != SC_ATTACHED);

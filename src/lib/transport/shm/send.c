@@ -226,7 +226,7 @@ static ssize_t sendmsg_in(struct dsock_sock *s, int fd, const struct send_src *s
 		pthread_mutex_lock(&c->mu);
 		r = send_rest_plain(fd, src, 0, flags);
 		if (r > 0 && c->state == SC_OFFER_DUE)
-			atomic_fetch_add(&c->early_sent, r);
+			atomic_fetch_add(c->sent_cnt, r);
 		pthread_mutex_unlock(&c->mu);
 		return r;
 	}

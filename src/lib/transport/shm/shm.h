@@ -108,8 +108,12 @@ struct shm_conn {
 	uint32_t page;       /* where our memory starts in its memfd, in 4 KiB pages */
 	int mapped;          /* this process counts in h->maps[side] */
 	_Atomic int kernel_rx_inflight; /* PENDING kernel reads in progress */
-	_Atomic int64_t pending_read; /* bytes PENDING reads consumed (one
-				       * process: a fork refuses the pairing) */
+	_Atomic int64_t pending_read; /* bytes PENDING reads consumed */
+	/* where the counts of early_sent and pending_read go: those fields,
+	 * or the slot a fork shares them in (forked.c) */
+	_Atomic int64_t *sent_cnt, *read_cnt;
+	struct shm_fork_slot *fslot; /* shared by a fork before its offer, or NULL */
+	int fork_shared;     /* a fork under way shares it (mu held across it) */
 	_Atomic int attaching; /* an attach is deciding: PENDING kernel reads wait */
 	int pend_err;         /* a kernel error our own look took (the kernel
 			       * reports one once): for the next receive that
@@ -172,10 +176,45 @@ int shm_fault(struct dsock_sock *s, int fd, const char *what);
 int shm_reset(struct dsock_sock *s, int fd, unsigned reason);
 
 /* Fork: a pairing still pending when the process forks is refused in both
- * processes (only one of them would hear the answer). */
+ * processes (only one of them would hear the answer); one not offered yet
+ * goes on in both, offered by the last holder (forked.c). */
 void shm_fork_prepare(void);
 void shm_fork_parent(void);
 void shm_fork_child(void);
+
+/* SO_RCVLOWAT above 1 on fd (handover.c): the ring cannot carry it. */
+int shm_rcvlowat_set(int fd);
+
+/* conn.c's lists, which the fork handlers (forked.c) walk: the
+ * connections due to offer or offered (shm_pending, shm_pending_mu), the
+ * attached ones (shm_held, shm_held_mu; after shm_pending_mu). */
+extern pthread_mutex_t shm_pending_mu, shm_held_mu;
+extern struct shm_conn *shm_pending, *shm_held;
+/* Puts c on the pending list (shm_pending_mu held); offered_too: findable
+ * by its socket id too.  0, or -ENOMEM. */
+int shm_list_pending_locked(struct shm_conn *c, int offered_too);
+/* A fork child: no socket id finds a connection any more. */
+void shm_offered_forget(void);
+
+/* ---- connections a fork shares before their offer (forked.c) ---- */
+/* Refuses c's pairing (a DSOCK_R_*), in every process holding it. */
+void shm_refuse(struct shm_conn *c, unsigned reason);
+/* Why c's pairing is refused, or 0. */
+unsigned shm_refused(const struct shm_conn *c);
+/* No other process holds c: it may be offered. */
+int shm_forked_alone(const struct shm_conn *c);
+/* Before a fork (pending_mu held): 1 if c goes on in both processes. */
+int shm_forked_share(struct shm_conn *c);
+/* After the fork, for each connection shm_forked_share kept. */
+void shm_forked_done(struct shm_conn *c, int child);
+/* In a fork child, for a connection the fork did not share. */
+void shm_forked_forget(struct shm_conn *c);
+/* At c's release. */
+void shm_forked_release(struct shm_conn *c);
+/* At c's attach (no call of ours in flight). */
+void shm_forked_attached(struct shm_conn *c);
+/* At exit, c not closed. */
+void shm_forked_exit(struct shm_conn *c);
 /* exec: hands attached connections to the new program through the
  * environment (DSOCK_EXEC_SHM), and takes them back in it; if the new
  * program will not run dsock (t), they go back to the kernel instead.  spawn: the new

@@ -61,7 +61,7 @@ int shm_calibrate(struct shm_conn *c, int fd)
 	pthread_mutex_lock(&c->mu);
 	c->tx_base = shm_kernel_sent(fd);
 	if (c->tx_base >= 0)
-		c->tx_base -= atomic_load(&c->early_sent);
+		c->tx_base -= atomic_load(c->sent_cnt);
 	pthread_mutex_unlock(&c->mu);
 	return c->tx_base < 0 ? -EINVAL : 0;
 }
