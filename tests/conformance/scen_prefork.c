@@ -6,6 +6,7 @@
  * holder moved on the kernel before counted in its stream's origin. */
 #include "conf.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -188,4 +189,86 @@ STREAM_SCEN(prefork_child_serves_then_parent_takes_over)
 	close(s);
 	R("client reads EOF", read(c, b, 1));
 	close(c);
+}
+
+/* The child forks again: the grandchild serves, the child and the parent
+ * close their copies (three holders, then one). */
+STREAM_SCEN(prefork_grandchild_serves)
+{
+	int c, s, p[2], st;
+	pid_t pid;
+
+	fam_pair(f, &c, &s);
+	CHECK(pipe(p) == 0);
+	pid = fork();
+	if (pid == 0) {
+		close(c);
+		close(p[0]);
+		pid_t g = fork();
+		if (g == 0)
+			serve_upto(s, p[1], 0);
+		close(s);
+		close(p[1]);
+		waitpid(g, &st, 0);
+		_exit(WEXITSTATUS(st));
+	}
+	close(p[1]);
+	close(s);
+	converse(c, p[0], pid, -1);
+	close(c);
+}
+
+struct busy {
+	int c, s;
+	long bad;
+};
+
+static void *round_trips(void *arg)
+{
+	struct busy *b = arg;
+	char m[3000], got[3000];
+
+	for (int i = 0; i < 300; i++) {
+		size_t len = 1 + (size_t)(i * 97) % sizeof(m);
+		fill(m, len, (unsigned)i);
+		if (write_all(b->c, m, len) != (long)len || read_all(b->s, got, len) != (long)len ||
+		    write_all(b->s, got, len) != (long)len || read_all(b->c, got, len) != (long)len) {
+			b->bad = -1;
+			break;
+		}
+		b->bad += memcmp(m, got, len) != 0;
+	}
+	return NULL;
+}
+
+/* A thread moves bytes both ways on a connection while another forks
+ * children that make a data call on it and close it: the forks meet the
+ * connection due to offer, offering and pairing. */
+STREAM_SCEN(prefork_while_a_thread_moves_bytes)
+{
+	struct busy b = { 0 };
+	pthread_t t;
+	int st, forks = 0;
+
+	fam_pair(f, &b.c, &b.s);
+	CHECK(pthread_create(&t, NULL, round_trips, &b) == 0);
+	for (int i = 0; i < 20; i++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			char x;
+			recv(b.s, &x, 1, MSG_PEEK | MSG_DONTWAIT);
+			close(b.c);
+			close(b.s);
+			_exit(0);
+		}
+		forks += pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+		msleep(2);
+	}
+	pthread_join(t, NULL);
+	out("%d children, round trips %s", forks, b.bad == 0 ? "all same" : b.bad < 0 ? "failed" : "differ");
+	char x = 'z';
+	R("send after", send(b.c, &x, 1, 0));
+	R("recv after", recv(b.s, &x, 1, 0));
+	close(b.c);
+	close(b.s);
 }

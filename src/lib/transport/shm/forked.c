@@ -21,11 +21,13 @@
  * all are lost). */
 #include "lib/transport/shm/shm.h"
 
+#include "common/rawsys.h"
 #include "common/reason.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 
 #define SLAB_BYTES (64u << 10)
 
@@ -55,7 +57,7 @@ static struct shm_fork_slot *slot_new(void)
 		struct shm_fork_slot *f = &slab[(hint + i) % SLOTS];
 		uint32_t free_ = 0;
 		/* (a holder of another lineage member may take slots too) */
-		if (__atomic_compare_exchange_n(&f->holders, &free_, 2, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+		if (atomic_compare_exchange_strong(&f->holders, &free_, 2)) {
 			hint = (hint + i + 1) % SLOTS;
 			atomic_store(&f->refuse, 0);
 			return f;
@@ -91,32 +93,41 @@ int shm_forked_alone(const struct shm_conn *c)
  * bytes on it: a count made across the fork would be lost). */
 int shm_forked_share(struct shm_conn *c)
 {
-	if (c->state != SC_OFFER_DUE || shm_refused(c) || c->delayed_set || atomic_load(&c->offering))
+	int none = 0;
+
+	if (c->state != SC_OFFER_DUE || shm_refused(c) || c->delayed_set)
+		return 0;
+	/* no offer of ours starts until the fork is over (a thread that
+	 * claimed it is offering: refused), nor does a thread of the parent
+	 * leave the child a claim nobody clears */
+	if (!atomic_compare_exchange_strong(&c->offering, &none, 1))
 		return 0;
 	/* Dekker with the readers, as an attach (recv.c): they wait while we
 	 * move their count; the senders hold mu */
 	atomic_store(&c->attaching, 1);
-	if (atomic_load(&c->kernel_rx_inflight) > 0 || pthread_mutex_trylock(&c->mu) != 0) {
-		atomic_store(&c->attaching, 0);
-		return 0;
-	}
+	if (atomic_load(&c->kernel_rx_inflight) > 0 || pthread_mutex_trylock(&c->mu) != 0)
+		goto refused;
 	if (c->fslot) {
 		atomic_fetch_add(&c->fslot->holders, 1);
 	} else {
 		struct shm_fork_slot *f = slot_new();
 		if (!f) {
 			pthread_mutex_unlock(&c->mu);
-			atomic_store(&c->attaching, 0);
-			return 0;
+			goto refused;
 		}
 		atomic_store(&f->read, atomic_load(c->read_cnt));
 		atomic_store(&f->sent, atomic_load(c->sent_cnt));
 		c->fslot = f;
+		c->fslot_pid = (int)dsock_sys(SYS_getpid);
 		c->read_cnt = &f->read;
 		c->sent_cnt = &f->sent;
 	}
 	c->fork_shared = 1;
 	return 1;
+refused:
+	atomic_store(&c->attaching, 0);
+	atomic_store(&c->offering, 0);
+	return 0;
 }
 
 /* After the fork, in the parent and in the child: the connection goes on. */
@@ -125,11 +136,17 @@ void shm_forked_done(struct shm_conn *c, int child)
 	if (!c->fork_shared)
 		return;
 	c->fork_shared = 0;
-	if (child)
+	if (child) {
+		/* one thread here: a reader of the parent's that counted
+		 * itself in flight across the fork is not ours */
 		pthread_mutex_init(&c->mu, NULL);
-	else
+		atomic_store(&c->kernel_rx_inflight, 0);
+		c->fslot_pid = (int)dsock_sys(SYS_getpid);
+	} else {
 		pthread_mutex_unlock(&c->mu);
+	}
 	atomic_store(&c->attaching, 0);
+	atomic_store(&c->offering, 0);
 }
 
 /* A fork child's copy of a connection the fork did not share: the child
@@ -141,11 +158,24 @@ void shm_forked_forget(struct shm_conn *c)
 	c->sent_cnt = &c->early_sent;
 }
 
+/* c's slot, taken out of c, if this process counts in it (one of a
+ * connection the pending list no longer holds, as a detached one, came
+ * with a fork that did not count us; a thread closing c may race with
+ * the exit's walk: one of them takes it) */
+static struct shm_fork_slot *slot_take(struct shm_conn *c)
+{
+	struct shm_fork_slot *f = __atomic_exchange_n(&c->fslot, NULL, __ATOMIC_SEQ_CST);
+
+	return f && c->fslot_pid == (int)dsock_sys(SYS_getpid) ? f : NULL;
+}
+
 /* Our release: one holder fewer (the last frees the slot). */
 void shm_forked_release(struct shm_conn *c)
 {
-	if (c->fslot)
-		atomic_fetch_sub(&c->fslot->holders, 1);
+	struct shm_fork_slot *f = c->fslot ? slot_take(c) : NULL;
+
+	if (f)
+		atomic_fetch_sub(&f->holders, 1);
 	shm_forked_forget(c);
 }
 
@@ -156,8 +186,10 @@ void shm_forked_release(struct shm_conn *c)
  * in the slot. */
 static int slot_leave(struct shm_conn *c)
 {
-	struct shm_fork_slot *f = c->fslot;
+	struct shm_fork_slot *f = slot_take(c);
 
+	if (!f)
+		return 0;
 	atomic_store(&c->pending_read, atomic_load(&f->read));
 	atomic_store(&c->early_sent, atomic_load(&f->sent));
 	__atomic_store_n(&c->read_cnt, &c->pending_read, __ATOMIC_SEQ_CST);
@@ -165,10 +197,9 @@ static int slot_leave(struct shm_conn *c)
 	if (atomic_load(&c->kernel_rx_inflight) > 0 || pthread_mutex_trylock(&c->mu) != 0) {
 		__atomic_store_n(&c->read_cnt, &f->read, __ATOMIC_SEQ_CST);
 		__atomic_store_n(&c->sent_cnt, &f->sent, __ATOMIC_SEQ_CST);
-		return -EBUSY;
+		return -EBUSY; /* (c no longer names it: the count stays ours for good) */
 	}
 	pthread_mutex_unlock(&c->mu);
-	c->fslot = NULL;
 	atomic_fetch_sub(&f->holders, 1);
 	return 0;
 }
@@ -177,7 +208,7 @@ static int slot_leave(struct shm_conn *c)
  * attach excludes them): the slot is free again. */
 void shm_forked_attached(struct shm_conn *c)
 {
-	struct shm_fork_slot *f = c->fslot;
+	struct shm_fork_slot *f = c->fslot ? slot_take(c) : NULL;
 
 	if (!f)
 		return;
@@ -185,7 +216,6 @@ void shm_forked_attached(struct shm_conn *c)
 	atomic_store(&c->early_sent, atomic_load(&f->sent));
 	c->read_cnt = &c->pending_read;
 	c->sent_cnt = &c->early_sent;
-	c->fslot = NULL;
 	atomic_fetch_sub(&f->holders, 1);
 }
 
@@ -196,8 +226,7 @@ void shm_forked_exit(struct shm_conn *c)
 {
 	if (!c->fslot)
 		return;
-	uint32_t none = 0;
-	atomic_compare_exchange_strong(&c->fslot->refuse, &none, DSOCK_R_FORKED);
+	shm_refuse(c, DSOCK_R_FORKED); /* (here too: a thread of ours may still offer) */
 	slot_leave(c);
 }
 

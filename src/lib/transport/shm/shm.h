@@ -113,6 +113,8 @@ struct shm_conn {
 	 * or the slot a fork shares them in (forked.c) */
 	_Atomic int64_t *sent_cnt, *read_cnt;
 	struct shm_fork_slot *fslot; /* shared by a fork before its offer, or NULL */
+	int fslot_pid;       /* the process that counts in fslot (a fork child's
+			      * copy of one it did not share is not counted) */
 	int fork_shared;     /* a fork under way shares it (mu held across it) */
 	_Atomic int attaching; /* an attach is deciding: PENDING kernel reads wait */
 	int pend_err;         /* a kernel error our own look took (the kernel
