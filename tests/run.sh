@@ -88,11 +88,12 @@ conformance_back() {
 # in the pair resets the connection (uring_on_a_connection: the io_uring
 # comes with bytes waiting), and so does the last close after one holder
 # of a forked connection closed its copy with bytes unread in the pair
-# (prefork_both_move_bytes_then_parent_closes: it counts no holders).
+# (prefork_both_move_bytes_then_parent_closes, prefork_grandchild_serves:
+# it counts no holders).
 conformance_socketpair() {
 	mkdir -p "$RUNDIR/socketpair"
 	DSOCK_FASTPATH=1 DSOCK_TRANSPORTS=socketpair "$BUILD/tests/conformance" -j 2 -f tcp -r "$RUNDIR/socketpair" \
-		-m 90 -k /urgent_two_in_a_row,tcp6/epollout_level_full_peer,/uring_on_a_connection,/prefork_both_move_bytes_then_parent_closes \
+		-m 90 -k /urgent_two_in_a_row,tcp6/epollout_level_full_peer,/uring_on_a_connection,/prefork_both_move_bytes_then_parent_closes,/prefork_grandchild_serves \
 		-w "$BUILD/bin/dsock run --" \
 		"$BUILD/tests/conf-scen"
 }
