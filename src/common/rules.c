@@ -194,6 +194,14 @@ int dsock_rules_program_allowed(const struct dsock_rules *rules, const char *pro
 	return 1;
 }
 
+int dsock_rules_name_ports(const struct dsock_rules *rules)
+{
+	for (int i = 0; i < rules->n; i++)
+		if (rules->r[i].kind == DSOCK_RULE_PORT)
+			return 1;
+	return 0;
+}
+
 int dsock_rules_conn_allowed(const struct dsock_rules *rules,
 			     const struct sockaddr *local, const struct sockaddr *peer,
 			     int *rule)

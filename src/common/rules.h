@@ -55,6 +55,10 @@ int dsock_rules_conn_allowed(const struct dsock_rules *rules,
 			     const struct sockaddr *local, const struct sockaddr *peer,
 			     int *rule);
 
+/* 1 if a rule names a port: judging a connection then needs its local
+ * address. */
+int dsock_rules_name_ports(const struct dsock_rules *rules);
+
 /* Simple glob: '*' any run, '?' one char.  1 on match. */
 int dsock_glob_match(const char *pat, const char *s);
 

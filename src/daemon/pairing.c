@@ -212,6 +212,7 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 		answer_kernel(to, m->sock_id, m->transport, reason);
 		return;
 	}
+	dd_proc_learn(to->proc, m->sock_id, &o.id.local, &o.id.peer);
 	x = find_mate(&o, fd);
 	close(fd);
 	if (x) {

@@ -176,6 +176,22 @@ void dd_proc_inherit(struct dd_proc *child, const struct dd_proc *parent)
 	}
 }
 
+void dd_proc_learn(struct dd_proc *p, uint64_t sock_id, const struct dsock_addr *local,
+		   const struct dsock_addr *peer)
+{
+	uint64_t i;
+
+	if (!p || !dsock_hmap_get(&p->ids, id_key(sock_id), &i) || i >= p->nsocks || p->socks[i].id != sock_id)
+		return;
+	struct dd_sock *s = &p->socks[i];
+	if (known_family(&s->local))
+		return;
+	unindex(s);
+	s->local = *local;
+	s->peer = *peer;
+	index_sock(p, s);
+}
+
 int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev)
 {
 	uint64_t key = id_key(ev->sock_id), i;

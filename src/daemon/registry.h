@@ -56,6 +56,11 @@ int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev);
 /* 1 if an enabled dsock process listens (TCP) where a connects to: on its
  * address or on the wildcard, at its port. */
 int dd_listener_known(const struct dsock_addr *a);
+/* The addresses of p's socket sock_id, from the socket itself (an offer):
+ * a connection's event comes without its local address (the library
+ * does not ask for it), which this fills in. */
+void dd_proc_learn(struct dd_proc *p, uint64_t sock_id, const struct dsock_addr *local,
+		   const struct dsock_addr *peer);
 /* 1 if an enabled dsock process reported a TCP socket whose own address
  * is local and whose peer's is peer. */
 int dd_socket_known(const struct dsock_addr *local, const struct dsock_addr *peer);

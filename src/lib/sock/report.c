@@ -25,7 +25,7 @@ static void fill_addr(struct dsock_addr *out, int fd, int peer, const struct soc
 }
 
 static void fill(struct dsock_msg_sock_event *m, const struct dsock_sock *s, int fd, unsigned ev,
-		 const struct sockaddr *local, const struct sockaddr *peer)
+		 const struct sockaddr *local, const struct sockaddr *peer, int ask_local)
 {
 	const struct dsock_transport *tp = __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE);
 
@@ -39,7 +39,8 @@ static void fill(struct dsock_msg_sock_event *m, const struct dsock_sock *s, int
 	m->path = (uint16_t)(tp && s->reason == DSOCK_R_NONE ? tp->id : DSOCK_PATH_KERNEL);
 	m->reason = s->reason;
 	if (ev != DSOCK_EV_CLOSE && fd >= 0) {
-		fill_addr(&m->local, fd, 0, local);
+		if (local || ask_local)
+			fill_addr(&m->local, fd, 0, local);
 		if (s->state >= DSOCK_ST_CONNECTING)
 			fill_addr(&m->peer, fd, 1, peer);
 	}
@@ -59,13 +60,16 @@ void dsock_sock_report_at(struct dsock_sock *s, int fd, unsigned ev, const struc
 {
 	struct dsock_msg_sock_event m;
 
-	fill(&m, s, fd, ev, local, peer);
+	fill(&m, s, fd, ev, local, peer, 0);
 	heard(s, ev, dsock_ctl_event(&m));
 }
 
 void dsock_sock_report(struct dsock_sock *s, int fd, unsigned ev)
 {
-	dsock_sock_report_at(s, fd, ev, NULL, NULL);
+	struct dsock_msg_sock_event m;
+
+	fill(&m, s, fd, ev, NULL, NULL, 1);
+	heard(s, ev, dsock_ctl_event(&m));
 }
 
 static void replay_one(int fd, struct dsock_sock *unused, void *arg)
@@ -79,7 +83,7 @@ static void replay_one(int fd, struct dsock_sock *unused, void *arg)
 	if (s->ev && (!listeners_only || s->state == DSOCK_ST_LISTENING)) {
 		struct dsock_msg_sock_event m;
 
-		fill(&m, s, fd, s->ev, NULL, NULL);
+		fill(&m, s, fd, s->ev, NULL, NULL, 1);
 		heard(s, s->ev, dsock_ctl_event_locked(&m, 0));
 	}
 	dsock_sock_put(s);

@@ -150,8 +150,10 @@ void dsock_sock_scan_inherited(void);
 /* s changed state (ev: enum dsock_sock_event); fd is one of its fds (-1:
  * the fd and addresses as told before). */
 void dsock_sock_report(struct dsock_sock *s, int fd, unsigned ev);
-/* The same with the socket's addresses already at hand (NULL: unknown),
- * which saves two system calls per connection. */
+/* The same for a connection just made, with its addresses as at hand: a
+ * NULL peer is asked of the kernel, a NULL local is not (the daemon
+ * learns it from the socket at the offer, and a connection that ends
+ * before its offer never costs the call). */
 void dsock_sock_report_at(struct dsock_sock *s, int fd, unsigned ev, const struct sockaddr *local,
 			  const struct sockaddr *peer);
 /* Tells a newly (re)connected daemon what the process holds (the daemon
