@@ -142,3 +142,33 @@ int dd_peer_socket(int fd, uid_t asker, int *err)
 	*err = found_eperm ? EPERM : ENOENT;
 	return -1;
 }
+
+void dd_peer_fill_local(struct dd_proc *p)
+{
+	int pidfd = -1;
+
+	for (size_t i = 0; i < p->nsocks; i++) {
+		struct dd_sock *s = &p->socks[i];
+		struct sockaddr_storage l, r;
+		socklen_t ll = sizeof(l), rl = sizeof(r);
+		struct dsock_addr local, peer;
+		int fd;
+
+		if (s->fd < 0 || s->local.family || !s->peer.family || s->type != SOCK_STREAM)
+			continue;
+		if (pidfd < 0 && (pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0)) < 0)
+			return;
+		if ((fd = (int)syscall(SYS_pidfd_getfd, pidfd, s->fd, 0)) < 0)
+			continue;
+		if (getpeername(fd, (struct sockaddr *)&r, &rl) == 0 &&
+		    getsockname(fd, (struct sockaddr *)&l, &ll) == 0) {
+			dsock_addr_from(&peer, (const struct sockaddr *)&r);
+			dsock_addr_from(&local, (const struct sockaddr *)&l);
+			if (dd_addr_same(&peer, &s->peer)) /* (else the fd was reused) */
+				dd_proc_learn(p, s->id, &local, &peer);
+		}
+		close(fd);
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+}

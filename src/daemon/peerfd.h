@@ -12,4 +12,11 @@
  * neither root nor that process's user, may not have it). */
 int dd_peer_socket(int fd, uid_t asker, int *err);
 
+struct dd_proc;
+/* For a listing: the local addresses of p's connections that the daemon
+ * was not told (a connection's event comes without it, the offer fills it
+ * in), read from copies of their fds, each checked against the peer
+ * address on record.  One the daemon may not take stays unknown. */
+void dd_peer_fill_local(struct dd_proc *p);
+
 #endif

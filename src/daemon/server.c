@@ -231,6 +231,7 @@ static int send_stat(struct dd_client *c)
 			      p->pid, p->ppid, p->uid, p->comm,
 			      (p->flags & DSOCK_HELLO_DISABLED) ? "disabled" : "enabled",
 			      p->nsocks, p->untracked);
+		dd_peer_fill_local(p);
 		for (size_t i = 0; i < p->nsocks && !r; i++) {
 			const struct dd_sock *s = &p->socks[i];
 			char la[64], pa[64];
