@@ -158,8 +158,11 @@ void dd_peer_fill_local(struct dd_proc *p)
 			continue;
 		if (pidfd < 0 && (pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0)) < 0)
 			return;
-		if ((fd = (int)syscall(SYS_pidfd_getfd, pidfd, s->fd, 0)) < 0)
+		if ((fd = (int)syscall(SYS_pidfd_getfd, pidfd, s->fd, 0)) < 0) {
+			if (errno == EPERM)
+				break; /* (nor any other of that process's) */
 			continue;
+		}
 		if (getpeername(fd, (struct sockaddr *)&r, &rl) == 0 &&
 		    getsockname(fd, (struct sockaddr *)&l, &ll) == 0) {
 			dsock_addr_from(&peer, (const struct sockaddr *)&r);

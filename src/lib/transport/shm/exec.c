@@ -222,9 +222,10 @@ int shm_let_go(struct shm_conn *c)
  * close would (tokens drained: a FIN, not a reset). */
 static void exit_one(int fd, struct dsock_sock *s, void *arg)
 {
-	if (s->owner == &dsock_shm_transport && shm_conn(s))
-		shm_forked_exit(shm_conn(s));
-	if (s->owner == &dsock_shm_transport && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) && shm_conn(s))
+	if (s->owner != &dsock_shm_transport || !shm_conn(s))
+		return;
+	shm_forked_exit(shm_conn(s));
+	if (__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE))
 		shm_closing(s, fd);
 }
 

@@ -172,11 +172,20 @@ static struct shm_fork_slot *slot_take(struct shm_conn *c)
 /* Our release: one holder fewer (the last frees the slot). */
 void shm_forked_release(struct shm_conn *c)
 {
-	struct shm_fork_slot *f = c->fslot ? slot_take(c) : NULL;
+	struct shm_fork_slot *f = slot_take(c);
 
 	if (f)
 		atomic_fetch_sub(&f->holders, 1);
 	shm_forked_forget(c);
+}
+
+/* The slot's counts back in c's own fields, which c counts in from now. */
+static void counts_back(struct shm_conn *c, struct shm_fork_slot *f)
+{
+	atomic_store(&c->pending_read, atomic_load(&f->read));
+	atomic_store(&c->early_sent, atomic_load(&f->sent));
+	__atomic_store_n(&c->read_cnt, &c->pending_read, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&c->sent_cnt, &c->early_sent, __ATOMIC_SEQ_CST);
 }
 
 /* The counts back in c, and c out of the slot, if no call of ours may add
@@ -190,10 +199,7 @@ static int slot_leave(struct shm_conn *c)
 
 	if (!f)
 		return 0;
-	atomic_store(&c->pending_read, atomic_load(&f->read));
-	atomic_store(&c->early_sent, atomic_load(&f->sent));
-	__atomic_store_n(&c->read_cnt, &c->pending_read, __ATOMIC_SEQ_CST);
-	__atomic_store_n(&c->sent_cnt, &c->early_sent, __ATOMIC_SEQ_CST);
+	counts_back(c, f);
 	if (atomic_load(&c->kernel_rx_inflight) > 0 || pthread_mutex_trylock(&c->mu) != 0) {
 		__atomic_store_n(&c->read_cnt, &f->read, __ATOMIC_SEQ_CST);
 		__atomic_store_n(&c->sent_cnt, &f->sent, __ATOMIC_SEQ_CST);
@@ -208,14 +214,11 @@ static int slot_leave(struct shm_conn *c)
  * attach excludes them): the slot is free again. */
 void shm_forked_attached(struct shm_conn *c)
 {
-	struct shm_fork_slot *f = c->fslot ? slot_take(c) : NULL;
+	struct shm_fork_slot *f = slot_take(c);
 
 	if (!f)
 		return;
-	atomic_store(&c->pending_read, atomic_load(&f->read));
-	atomic_store(&c->early_sent, atomic_load(&f->sent));
-	c->read_cnt = &c->pending_read;
-	c->sent_cnt = &c->early_sent;
+	counts_back(c, f);
 	atomic_fetch_sub(&f->holders, 1);
 }
 
