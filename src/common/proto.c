@@ -54,7 +54,7 @@ static int check_payload(const struct dsock_msg_hdr *h, size_t plen)
 	switch (h->type) {
 	case DSOCK_MSG_HELLO: {
 		const struct dsock_msg_hello *m = p;
-		if (plen != sizeof(*m) || (m->flags & ~DSOCK_HELLO_FLAGS) || m->ppid < 0)
+		if (plen != sizeof(*m) || (m->flags & ~DSOCK_HELLO_FLAGS) || m->ppid < 0 || m->pad)
 			return -EBADMSG;
 		if (check_str(m->comm, sizeof(m->comm)) ||
 		    check_str(m->lib_version, sizeof(m->lib_version)))

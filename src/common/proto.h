@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #define DSOCK_PROTO_MAGIC   0x4b435344u /* "DSCK" little-endian */
-#define DSOCK_PROTO_VERSION 11 /* 2: the event ring holds 1,024 slots; 3: the
+#define DSOCK_PROTO_VERSION 12 /* 2: the event ring holds 1,024 slots; 3: the
 			      * connection memory is layout version 5 (the
 			      * daemon writes it: a change there is a change
 			      * here); 4: layout version 6; 5: the reason
@@ -22,7 +22,8 @@
 			      * of kind POOL), layout version 9; 10: HELLO
 			      * flag POOLS, POOL without a memfd; 11:
 			      * bells (RESULT of kind BELL), link layout
-			      * version 2 */
+			      * version 2; 12: HELLO's parent_evpos and
+			      * parent_seq */
 #define DSOCK_MSG_MAX       4096
 
 enum dsock_msg_type {
@@ -193,6 +194,12 @@ struct dsock_msg_hello {
 	int32_t ppid;
 	char comm[32]; /* NUL-terminated, printable */
 	char lib_version[16];
+	/* a fork child: the events its parent had written to its ring, and
+	 * the header seq of the last message it had sent, when it forked
+	 * (the child holds none of the sockets the parent told of later) */
+	uint64_t parent_evpos;
+	uint32_t parent_seq;
+	uint32_t pad;
 };
 
 /* A socket address as the daemon sees it: IPv4 is stored v4-mapped. */

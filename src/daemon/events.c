@@ -10,14 +10,14 @@
 
 #include <string.h>
 
-int dd_event_apply(struct dd_proc *p, const struct dsock_msg_sock_event *ev)
+int dd_event_apply(struct dd_proc *p, const struct dsock_msg_sock_event *ev, uint64_t ev_no, uint32_t seq)
 {
 	if (ev->event == DSOCK_EV_CLOSE)
 		dd_pairing_closed(p, ev->sock_id);
-	return dd_proc_event(p, ev);
+	return dd_proc_event(p, ev, ev_no, seq);
 }
 
-unsigned long dd_events_drain(struct dd_proc *p, unsigned long *bad)
+unsigned long dd_events_drain(struct dd_proc *p, uint64_t upto, unsigned long *bad)
 {
 	struct dsock_ev_ring *r = p->evr;
 	unsigned long done = 0;
@@ -33,6 +33,8 @@ unsigned long dd_events_drain(struct dd_proc *p, unsigned long *bad)
 		(*bad)++;
 		return 0;
 	}
+	if (upto < tail)
+		tail = upto > p->ev_head ? upto : p->ev_head;
 	for (; p->ev_head != tail; p->ev_head++) {
 		struct dsock_msg_sock_event ev;
 		uint32_t after = __atomic_load_n(&r->after[p->ev_head % DSOCK_EVRING_SLOTS], __ATOMIC_RELAXED);
@@ -41,7 +43,7 @@ unsigned long dd_events_drain(struct dd_proc *p, unsigned long *bad)
 		if ((int32_t)(after - p->seen_seq) > 0)
 			break;
 		memcpy(&ev, &r->ev[p->ev_head % DSOCK_EVRING_SLOTS], sizeof(ev));
-		if (dsock_sock_event_check(&ev) || dd_event_apply(p, &ev))
+		if (dsock_sock_event_check(&ev) || dd_event_apply(p, &ev, p->ev_head + 1, 0))
 			(*bad)++;
 		else
 			done++;
@@ -56,6 +58,6 @@ unsigned long dd_events_drain_all(unsigned long *bad)
 	unsigned long done = 0;
 
 	for (struct dd_proc *p = dd_proc_first(); p; p = p->next)
-		done += dd_events_drain(p, bad);
+		done += dd_events_drain(p, UINT64_MAX, bad);
 	return done;
 }

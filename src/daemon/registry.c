@@ -159,18 +159,24 @@ static uint64_t id_key(uint64_t id)
 	return dsock_hash(&id, sizeof(id), 0x49);
 }
 
-void dd_proc_inherit(struct dd_proc *child, const struct dd_proc *parent)
+void dd_proc_inherit(struct dd_proc *child, const struct dd_proc *parent, uint64_t evpos, uint32_t seq)
 {
 	if (child->uid != parent->uid || reserve(child, parent->nsocks))
 		return;
-	memcpy(child->socks, parent->socks, parent->nsocks * sizeof(*child->socks));
 	child->nsocks = 0;
 	for (size_t i = 0; i < parent->nsocks; i++) {
 		struct dd_sock *s = &child->socks[child->nsocks];
 
+		const struct dd_sock *ps = &parent->socks[i];
+
+		if (ps->born_ev > evpos || (ps->born_seq && (int32_t)(ps->born_seq - seq) > 0))
+			continue;
+		*s = *ps;
 		if (dsock_hmap_put(&child->ids, id_key(s->id), child->nsocks))
 			break;
 		s->lkey = s->ckey = 0;
+		s->born_ev = 0;
+		s->born_seq = 0;
 		index_sock(child, s);
 		child->nsocks++;
 	}
@@ -192,7 +198,7 @@ void dd_proc_learn(struct dd_proc *p, uint64_t sock_id, const struct dsock_addr 
 	index_sock(p, s);
 }
 
-int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev)
+int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev, uint64_t born_ev, uint32_t born_seq)
 {
 	uint64_t key = id_key(ev->sock_id), i;
 	struct dd_sock *s = NULL;
@@ -219,6 +225,8 @@ int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev)
 		s = &p->socks[p->nsocks++];
 		memset(s, 0, sizeof(*s));
 		s->id = ~ev->sock_id; /* new: takes the event's fd and addresses */
+		s->born_ev = born_ev;
+		s->born_seq = born_ev ? 0 : born_seq;
 	}
 	unindex(s);
 	s->domain = ev->domain;

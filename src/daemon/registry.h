@@ -22,6 +22,10 @@ struct dd_sock {
 	struct dsock_addr local, peer;
 	uint64_t lkey, ckey; /* its entries in the listener and connection
 			      * indexes (0: none) */
+	/* what made this record: the process's ring events up to that one,
+	 * or that message's header seq (0 and 0: inherited) */
+	uint64_t born_ev;
+	uint32_t born_seq;
 };
 
 struct dd_proc {
@@ -49,10 +53,13 @@ void dd_proc_remove(struct dd_proc *p);
 struct dd_proc *dd_proc_find(pid_t pid);
 struct dd_proc *dd_proc_first(void);
 size_t dd_proc_count(void);
-/* Copies the parent's sockets into a fork child (same uid only). */
-void dd_proc_inherit(struct dd_proc *child, const struct dd_proc *parent);
-/* Applies a socket event; returns 0 or -ENOMEM. */
-int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev);
+/* Copies the parent's sockets into a fork child (same uid only): those its
+ * first evpos ring events or its messages up to seq made (a socket the
+ * parent told of after the fork is not the child's). */
+void dd_proc_inherit(struct dd_proc *child, const struct dd_proc *parent, uint64_t evpos, uint32_t seq);
+/* Applies a socket event, the ring's event number ev (counted from 1) or
+ * the message of header seq (ev 0); returns 0 or -ENOMEM. */
+int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev, uint64_t born_ev, uint32_t born_seq);
 /* 1 if an enabled dsock process listens (TCP) where a connects to: on its
  * address or on the wildcard, at its port. */
 int dd_listener_known(const struct dsock_addr *a);

@@ -69,13 +69,19 @@ static int nbacklogged; /* clients whose outbox holds results */
 #define SLOT_LISTEN  0xfffffffeu
 #define SLOT_SIGNALS 0xfffffffdu
 
-/* Reads the event ring of p, or of every process (p NULL). */
-static void drain_events(struct dd_proc *p)
+/* Reads the event ring of p, or of every process (p NULL), up to its first
+ * `upto` events. */
+static void drain_events_to(struct dd_proc *p, uint64_t upto)
 {
 	unsigned long bad = 0;
 
-	stats.events += p ? dd_events_drain(p, &bad) : dd_events_drain_all(&bad);
+	stats.events += p ? dd_events_drain(p, upto, &bad) : dd_events_drain_all(&bad);
 	stats.bad_msgs += bad;
+}
+
+static void drain_events(struct dd_proc *p)
+{
+	drain_events_to(p, UINT64_MAX);
 }
 
 static void client_close(uint32_t slot)
@@ -309,8 +315,14 @@ static int on_hello(struct dd_client *c, const struct dsock_msg_hello *h, int fd
 		DSOCK_WARN("pid %d sent an unusable mail page", c->cred.pid);
 	c->role = ROLE_LIB;
 	if ((h->flags & DSOCK_HELLO_FORKED) && (parent = dd_proc_find(h->ppid)) &&
-	    parent != c->proc && is_parent_of(c->cred.pid, h->ppid))
-		dd_proc_inherit(c->proc, parent);
+	    parent != c->proc && is_parent_of(c->cred.pid, h->ppid)) {
+		/* the child holds the sockets the parent's records name
+		 * after its ring events up to the fork: born by then and not
+		 * closed since (a close the daemon read already leaves the
+		 * child without that record until its own next event) */
+		drain_events_to(parent, h->parent_evpos);
+		dd_proc_inherit(c->proc, parent, h->parent_evpos, h->parent_seq);
+	}
 	DSOCK_INFO("process %d (%s) uid %u registered%s", c->cred.pid, c->proc->comm,
 		   c->cred.uid, (h->flags & DSOCK_HELLO_FORKED) ? " (fork child)" : "");
 	return 0;
@@ -404,7 +416,7 @@ static int on_message(struct dd_client *c, uint32_t slot, const void *buf, size_
 		if (c->role != ROLE_LIB)
 			return -EPROTO;
 		stats.events++;
-		return dd_event_apply(c->proc, payload);
+		return dd_event_apply(c->proc, payload, 0, h->seq);
 	case DSOCK_MSG_EVENTS: /* read above */
 		return c->role == ROLE_LIB ? 0 : -EPROTO;
 	case DSOCK_MSG_STAT_REQ:

@@ -156,7 +156,7 @@ idle.close()
 # asking with no socket at all drops it
 def hello():
     s = ctl()
-    s.send(hdr(1, struct.pack("<Ii32s16s", 0, 0, b"probe", b"0")))
+    s.send(hdr(1, struct.pack("<Ii32s16sQII", 0, 0, b"probe", b"0", 0, 0, 0)))
     return s
 lsn = socket.socket(); lsn.bind(("127.0.0.1", 0)); lsn.listen(1)
 cli = socket.create_connection(lsn.getsockname()); srv, _ = lsn.accept()
@@ -452,7 +452,7 @@ import fcntl
 fcntl.fcntl(mfd, 1033, 0x0002 | 0x0004 | 0x0001)  # F_ADD_SEALS: SHRINK | GROW | SEAL
 mm = mmap.mmap(mfd, MAIL_SIZE)
 h = ctl()
-socket.send_fds(h, [hdr(1, struct.pack("<Ii32s16s", 0, 0, b"hostile", b"0"))], [mfd])
+socket.send_fds(h, [hdr(1, struct.pack("<Ii32s16sQII", 0, 0, b"hostile", b"0", 0, 0, 0))], [mfd])
 bad0 = int(stat().split("bad_msgs=")[1].split()[0])
 mm[RING_OFF + 128:RING_OFF + 128 + 2 * SLOT] = os.urandom(2 * SLOT)
 mm[RING_OFF + 128 + 2 * SLOT:RING_OFF + 128 + 3 * SLOT] = ev(1, 7, 77, 3, 1, 2, 4242)
@@ -480,7 +480,7 @@ os.ftruncate(mfd, MAIL_SIZE)
 fcntl.fcntl(mfd, 1033, 0x0002 | 0x0004 | 0x0001)
 mm = mmap.mmap(mfd, MAIL_SIZE)
 h = ctl()
-socket.send_fds(h, [hdr(1, struct.pack("<Ii32s16s", 0, 0, b"order", b"0"))], [mfd])
+socket.send_fds(h, [hdr(1, struct.pack("<Ii32s16sQII", 0, 0, b"order", b"0", 0, 0, 0))], [mfd])
 AFTER_OFF = RING_OFF + 128 + SLOTS * SLOT
 mm[RING_OFF + 128:RING_OFF + 128 + SLOT] = ev(4, 9, 88, 5, 1, 2, 4343)
 mm[AFTER_OFF:AFTER_OFF + 4] = struct.pack("<I", 2)
@@ -495,6 +495,38 @@ def applied_in_order():
         l.startswith("sock pid=%d fd=9 id=88 " % os.getpid()) for l in s.splitlines())
 check("... and follows it: the socket's CONNECT, then its CLOSE (no record left)", wait_for(applied_in_order),
       "\n".join(l for l in stat().splitlines() if "id=88" in l))
+h.close(); mm.close(); os.close(mfd)
+
+# a fork child holds what its parent held when it forked: a socket the
+# parent told of after the fork (its ring event past the child's
+# parent_evpos, or its message past parent_seq, read before the child's
+# HELLO) is not the child's
+mfd = os.memfd_create("fork-mail", os.MFD_ALLOW_SEALING)
+os.ftruncate(mfd, MAIL_SIZE)
+fcntl.fcntl(mfd, 1033, 0x0002 | 0x0004 | 0x0001)
+mm = mmap.mmap(mfd, MAIL_SIZE)
+h = ctl()
+socket.send_fds(h, [hdr(1, struct.pack("<Ii32s16sQII", 0, 0, b"forker", b"0", 0, 0, 0))], [mfd])
+mm[RING_OFF + 128:RING_OFF + 128 + SLOT] = ev(1, 5, 91, 3, 1, 2, 4444)
+mm[RING_OFF + 128 + SLOT:RING_OFF + 128 + 2 * SLOT] = ev(1, 6, 92, 3, 1, 2, 4445)
+mm[RING_OFF:RING_OFF + 8] = struct.pack("<Q", 2)
+h.send(hdr(2, ev(1, 7, 93, 3, 1, 2, 4446), seq=2))
+h.send(hdr(2, ev(1, 8, 94, 3, 1, 2, 4447), seq=3))
+wait_for(lambda: "id=94 " in stat())
+go_r, go_w = os.pipe()
+kid = os.fork()
+if kid == 0:
+    k = ctl()
+    k.send(hdr(1, struct.pack("<Ii32s16sQII", 1, os.getppid(), b"forked", b"0", 1, 2, 0)))
+    os.read(go_r, 1)
+    os._exit(0)
+def kid_socks():
+    return sorted(l.split(" id=")[1].split()[0] for l in stat().splitlines() if l.startswith(f"sock pid={kid} "))
+check("a fork child inherits the sockets its parent held at the fork, not one opened after",
+      wait_for(lambda: kid_socks() == ["91", "93"]), kid_socks())
+os.write(go_w, b"x"); os.waitpid(kid, 0)
+for x in (go_r, go_w):
+    os.close(x)
 h.close(); mm.close(); os.close(mfd)
 
 # 4c. a connection that carries one exchange (a request, its answer, the

@@ -17,7 +17,7 @@ def msg(mtype, payload=b"", seq=1):
 
 
 def hello(flags=0, ppid=0, comm=b"fuzz"):
-    return msg(HELLO, struct.pack("<Ii32s16s", flags, ppid, comm, b"0.3"))
+    return msg(HELLO, struct.pack("<Ii32s16sQII", flags, ppid, comm, b"0.3", 0, 0, 0))
 
 
 def addr(family=2, port=80, ip=b"\x00" * 10 + b"\xff\xff\x7f\x00\x00\x01"):

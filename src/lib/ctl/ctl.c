@@ -50,7 +50,7 @@ static void ctl_unlock(void)
 	atomic_flag_clear_explicit(&ctl_busy, memory_order_release);
 }
 
-static int ctl_connect_locked(unsigned flags, int ppid);
+static int ctl_connect_locked(unsigned flags, int ppid, uint64_t parent_evpos, uint32_t parent_seq);
 /* The socket layer's replay (dsock_ctl_set_replay), or NULL. */
 static void (*replay)(int listeners_only);
 
@@ -85,7 +85,7 @@ static void ctl_send_locked(uint16_t type, const void *payload, size_t len, int 
 	r = ctl_send_fd_locked(type, payload, len, -1); /* -EMSGSIZE above 256 */
 	if (r == -EAGAIN)
 		atomic_fetch_add(&ctl_dropped, 1);
-	else if (r == -ENOTCONN && may_reconnect && ctl_connect_locked(0, 0) == 0) {
+	else if (r == -ENOTCONN && may_reconnect && ctl_connect_locked(0, 0, 0, 0) == 0) {
 		replay_all_locked(0);
 		ctl_send_locked(type, payload, len, 0);
 	}
@@ -163,7 +163,7 @@ static int ring_put_locked(const struct dsock_msg_sock_event *m)
 	return 0;
 }
 
-static int ctl_connect_locked(unsigned flags, int ppid)
+static int ctl_connect_locked(unsigned flags, int ppid, uint64_t parent_evpos, uint32_t parent_seq)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct dsock_msg_hello h;
@@ -187,6 +187,8 @@ static int ctl_connect_locked(unsigned flags, int ppid)
 	memset(&h, 0, sizeof(h));
 	h.flags = flags | (dsock_proc.enabled ? 0 : DSOCK_HELLO_DISABLED);
 	h.ppid = ppid;
+	h.parent_evpos = parent_evpos;
+	h.parent_seq = parent_seq;
 	snprintf(h.comm, sizeof(h.comm), "%.31s", dsock_proc.prog);
 	for (char *c = h.comm; *c; c++)
 		if (*c < 0x20 || *c > 0x7e)
@@ -245,7 +247,7 @@ static void ctl_reconnect_locked(void)
 {
 	if (atomic_load(&ctl_fd) >= 0 || dsock_mono_ns() < ctl_next_try_ns)
 		return;
-	if (ctl_connect_locked(0, 0) == 0) {
+	if (ctl_connect_locked(0, 0, 0, 0) == 0) {
 		DSOCK_INFO("connected to the daemon");
 		replay_all_locked(0);
 	}
@@ -259,7 +261,7 @@ void dsock_ctl_start(void)
 	if (ctl_trylock()) {
 		/* (flags set at start-up: an adopter of pooled connections
 		 * names its parent, whose links' pools it counts in) */
-		ctl_connect_locked(hello_flags, hello_flags ? (int)getppid() : 0);
+		ctl_connect_locked(hello_flags, hello_flags ? (int)getppid() : 0, 0, 0);
 		replay_all_locked(0);
 		ctl_unlock();
 	}
@@ -274,6 +276,8 @@ void dsock_ctl_hello_flags(unsigned flags)
 void dsock_ctl_fork_child(int ppid)
 {
 	int fd = atomic_exchange(&ctl_fd, -1);
+	uint64_t evpos = evr_tail; /* the parent's, as it forked */
+	uint32_t seq = ctl_seq;
 
 	/* one thread now: a sender that held the lock does not exist here */
 	ctl_unlock();
@@ -282,7 +286,7 @@ void dsock_ctl_fork_child(int ppid)
 		dsock_real.close(fd); /* our copy only; the parent keeps its own */
 	drop_mail_page();
 	if (ctl_trylock()) {
-		if (ctl_connect_locked(DSOCK_HELLO_FORKED | hello_flags, ppid) == 0)
+		if (ctl_connect_locked(DSOCK_HELLO_FORKED | hello_flags, ppid, evpos, seq) == 0)
 			replay_all_locked(1);
 		ctl_unlock();
 	}
@@ -346,7 +350,7 @@ int dsock_ctl_offer(uint64_t sock_id, int fd, unsigned role, unsigned transport,
 		if (ctl_trylock()) {
 			ctl_reconnect_locked();
 			r = ctl_send_fd_locked(DSOCK_MSG_OFFER, &m, sizeof(m), fd);
-			if (r == -ENOTCONN && ctl_connect_locked(0, 0) == 0) {
+			if (r == -ENOTCONN && ctl_connect_locked(0, 0, 0, 0) == 0) {
 				replay_all_locked(0);
 				r = ctl_send_fd_locked(DSOCK_MSG_OFFER, &m, sizeof(m), fd);
 			}
