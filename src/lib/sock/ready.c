@@ -428,8 +428,6 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		long long t0 = dsock_mono_ns(), tn = t0;
 		long long kernel_at = epfd == looked_epfd && looked_ns ? looked_ns + look_every : t0;
 		long long budget = dsock_spin_ns ? dsock_spin_ns : -1;
-		if (dsock_spin_ns)
-			dsock_spin_courtesy(t0);
 		int spins = 0;
 		/* (no spin: the look after the settle below is the only one).
 		 * The buffers of lingering receivers are looked at on every round,
@@ -446,8 +444,13 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 					dsock_spin_outcome(1);
 				return n;
 			}
-			if (!spins && !dsock_spin_worth())
-				break;
+			if (!spins) {
+				/* a wait that will sleep at once owes nobody a yield */
+				if (!dsock_spin_worth())
+					break;
+				if (dsock_spin_ns)
+					dsock_spin_courtesy(tn);
+			}
 			tn = dsock_mono_ns();
 			if (timeout_ms > 0 && tn - t0 >= timeout_ms * 1000000LL)
 				break;

@@ -105,7 +105,8 @@ extern int64_t dsock_spin_ns;
  * data then lands with no wake-up, where a sleep would cost it a token
  * and us a wake-up.  A spinner whose data always comes within its pure
  * spin never reaches a yield, and starves the others all the same, so
- * every 20 us a wait that may spin starts with one: dsock_spin_courtesy
+ * every 20 us a wait about to spin starts with one (a wait that sleeps at
+ * once gives the core away anyway): dsock_spin_courtesy
  * (docs/ARCHITECTURE.md, "Design decisions and measurements"). */
 void dsock_spin_courtesy(long long now_ns);
 
