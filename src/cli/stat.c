@@ -55,10 +55,11 @@ static void print_line(const char *text, void *arg)
 		       field(text, "procs", c, 64), field(text, "clients", d, 64),
 		       field(text, "bad_msgs", e, 64));
 	} else if (!strncmp(text, "proc ", 5)) {
-		printf("\nprocess %s (%s) uid %s, parent %s, dsock %s, %s sockets known\n",
+		int lost = strcmp(field(text, "lost", g, 64), "0") && strcmp(g, "-");
+		printf("\nprocess %s (%s) uid %s, parent %s, dsock %s, %s sockets known%s%s%s\n",
 		       field(text, "pid", a, 64), field(text, "comm", b, 64), field(text, "uid", c, 64),
-		       field(text, "ppid", d, 64), field(text, "dsock", e, 64),
-		       field(text, "socks", f, 64));
+		       field(text, "ppid", d, 64), field(text, "dsock", e, 64), field(text, "socks", f, 64),
+		       lost ? ", " : "", lost ? g : "", lost ? " of its events lost (this view may be stale)" : "");
 		printf("  %-5s %-6s %-11s %-24s %-24s %-7s %s\n", "fd", "proto", "state", "local",
 		       "peer", "path", "why");
 	} else if (!strncmp(text, "gone ", 5)) {

@@ -23,7 +23,7 @@
 			      * flag POOLS, POOL without a memfd; 11:
 			      * bells (RESULT of kind BELL), link layout
 			      * version 2; 12: HELLO's parent_evpos and
-			      * parent_seq */
+			      * parent_seq, the ring's lost count */
 #define DSOCK_MSG_MAX       4096
 
 enum dsock_msg_type {
@@ -266,7 +266,9 @@ struct dsock_msg_sock_event {
 #define DSOCK_EVRING_SLOTS 1024u /* power of two */
 struct dsock_ev_ring {
 	uint64_t tail; /* events ever written (the library) */
-	uint8_t pad0[56];
+	uint64_t lost; /* events the library could not send (the daemon's
+			* view of the process may be stale; shown in stat) */
+	uint8_t pad0[48];
 	uint64_t head; /* events ever read (the daemon) */
 	uint8_t pad1[56];
 	struct dsock_msg_sock_event ev[DSOCK_EVRING_SLOTS];

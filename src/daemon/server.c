@@ -233,10 +233,12 @@ static int send_stat(struct dd_client *c)
 	for (struct dd_proc *p = dd_proc_first(); p && !r; p = p->next) {
 		if (!may_see(&c->cred, p->uid))
 			continue;
-		r = send_line(c->fd, "proc pid=%d ppid=%d uid=%u comm=%s dsock=%s socks=%zu untracked=%lu",
+		/* (the process's own count: shown, never used) */
+		unsigned long long lost = p->evr ? __atomic_load_n(&p->evr->lost, __ATOMIC_RELAXED) : 0;
+		r = send_line(c->fd, "proc pid=%d ppid=%d uid=%u comm=%s dsock=%s socks=%zu untracked=%lu lost=%llu",
 			      p->pid, p->ppid, p->uid, p->comm,
 			      (p->flags & DSOCK_HELLO_DISABLED) ? "disabled" : "enabled",
-			      p->nsocks, p->untracked);
+			      p->nsocks, p->untracked, lost);
 		dd_peer_fill_local(p);
 		for (size_t i = 0; i < p->nsocks && !r; i++) {
 			const struct dd_sock *s = &p->socks[i];

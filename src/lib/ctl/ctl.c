@@ -40,14 +40,37 @@ static struct dsock_ev_ring *evr;  /* after the mail page: we write it */
 static uint64_t evr_tail;          /* our own count (the ring's may be stale) */
 static void (*result_handler[DSOCK_PATH_MAX + 1])(const struct dsock_msg_result *r, int fd);
 
+#define OFFER_ROOM_WAITS 5 /* waits for room in the daemon's queue, */
+#define OFFER_ROOM_MS 10   /* ... each at most this long */
+#define EVENT_ROOM_WAITS 5 /* the same for an event */
+#define EVENT_ROOM_MS 10
+#define OFFER_ROOM_OFF_NS 1000000000LL /* no such waits this long after one failed */
+#define EVENT_LOCK_NS 20000000LL /* an event waits this long for another thread's send */
+static _Atomic int64_t room_waits_off;
+
+static __thread int ctl_mine; /* this thread holds the lock (a signal
+				* handler on it must not wait for it) */
+
 static int ctl_trylock(void)
 {
-	return !atomic_flag_test_and_set_explicit(&ctl_busy, memory_order_acquire);
+	if (atomic_flag_test_and_set_explicit(&ctl_busy, memory_order_acquire))
+		return 0;
+	ctl_mine = 1;
+	return 1;
 }
 
 static void ctl_unlock(void)
 {
+	ctl_mine = 0;
 	atomic_flag_clear_explicit(&ctl_busy, memory_order_release);
+}
+
+/* An event that could not go: counted where the daemon reads it. */
+static void lost_event(void)
+{
+	atomic_fetch_add(&ctl_dropped, 1);
+	if (evr)
+		__atomic_store_n(&evr->lost, atomic_load(&ctl_dropped), __ATOMIC_RELAXED);
 }
 
 static int ctl_connect_locked(unsigned flags, int ppid, uint64_t parent_evpos, uint32_t parent_seq);
@@ -83,8 +106,20 @@ static void ctl_send_locked(uint16_t type, const void *payload, size_t len, int 
 	if (atomic_load(&ctl_fd) < 0)
 		return; /* (not a lost daemon: no reconnect from here) */
 	r = ctl_send_fd_locked(type, payload, len, -1); /* -EMSGSIZE above 256 */
+	/* a full queue: the daemon is behind; an event waits for room a
+	 * little (the lock held: other threads' events queue behind it) */
+	for (int i = 0; r == -EAGAIN && type == DSOCK_MSG_SOCK_EVENT && i < EVENT_ROOM_WAITS &&
+			dsock_mono_ns() >= atomic_load_explicit(&room_waits_off, memory_order_relaxed); i++) {
+		struct pollfd p = { .fd = atomic_load(&ctl_fd), .events = POLLOUT };
+		if (p.fd < 0 || dsock_real.poll(&p, 1, EVENT_ROOM_MS) <= 0) {
+			atomic_store_explicit(&room_waits_off, dsock_mono_ns() + OFFER_ROOM_OFF_NS,
+					      memory_order_relaxed);
+			break;
+		}
+		r = ctl_send_fd_locked(type, payload, len, -1);
+	}
 	if (r == -EAGAIN)
-		atomic_fetch_add(&ctl_dropped, 1);
+		lost_event();
 	else if (r == -ENOTCONN && may_reconnect && ctl_connect_locked(0, 0, 0, 0) == 0) {
 		replay_all_locked(0);
 		ctl_send_locked(type, payload, len, 0);
@@ -320,19 +355,28 @@ int dsock_ctl_event(const struct dsock_msg_sock_event *m)
 		ctl_reconnect_locked();
 		r = dsock_ctl_event_locked(m, 1);
 		ctl_unlock();
+	} else if (ctl_mine) {
+		/* a signal handler that interrupted this thread's send */
+		lost_event();
 	} else {
-		/* another thread (or a signal handler interrupting us) is
-		 * sending: never wait on the application's path */
-		atomic_fetch_add(&ctl_dropped, 1);
+		/* another thread sends: a ring slot or a message, soon done */
+		for (int64_t until = dsock_mono_ns() + EVENT_LOCK_NS;;) {
+			sched_yield();
+			if (ctl_trylock()) {
+				r = dsock_ctl_event_locked(m, 1);
+				ctl_unlock();
+				break;
+			}
+			if (dsock_mono_ns() >= until) {
+				lost_event();
+				break;
+			}
+		}
 	}
 	DSOCK_GUARD_EXIT();
 	return r;
 }
 
-#define OFFER_ROOM_WAITS 5 /* waits for room in the daemon's queue, */
-#define OFFER_ROOM_MS 10   /* ... each at most this long */
-#define OFFER_ROOM_OFF_NS 1000000000LL /* no such waits this long after they all failed */
-static _Atomic int64_t room_waits_off;
 
 int dsock_ctl_offer(uint64_t sock_id, int fd, unsigned role, unsigned transport, unsigned proof)
 {
