@@ -22,48 +22,10 @@ _Atomic int dsock_sleepers;
 _Atomic int dsock_bell_sleepers;
 __thread unsigned dsock_sleep_gen;
 
-/* How long a poller or a receiver polls before it sleeps (DSOCK_SPIN_US). */
-int64_t dsock_spin_ns = 50000;
-
-#define COURTESY_NS 20000LL         /* a spinner that keeps finding its data yields this often */
 #define KERNEL_LOOK_NS 1000LL       /* a spinning epoll asks the kernel this often, */
 #define KERNEL_LOOK_MAX_NS 8000LL   /* or up to this while its looks find nothing */
 #define SKIP_LOOKS 4                /* hidden data found without it, in a row at most */
-#define PURE_SPIN_NS 2000LL         /* and yields on every round after this long */
 #define PARK_SLICE_NS 5000000LL     /* a sleeping epoll looks at parked writers this often */
-
-static __thread long long courtesy_at;
-
-#define SCORE_ONE 1024        /* a spin that found something */
-#define SCORE_MIN 256         /* spin while a quarter of them do */
-#define SCORE_SHIFT 2         /* each outcome weighs a quarter */
-#define PROBE_CALLS 8         /* below it, one wait in this many spins */
-
-static __thread int spin_score = SCORE_ONE;
-static __thread unsigned spin_skipped;
-
-int dsock_spin_worth(void)
-{
-	if (spin_score >= SCORE_MIN)
-		return 1;
-	if (++spin_skipped < PROBE_CALLS)
-		return 0;
-	spin_skipped = 0;
-	return 1;
-}
-
-void dsock_spin_outcome(int found)
-{
-	spin_score += ((found ? SCORE_ONE : 0) - spin_score) >> SCORE_SHIFT;
-}
-
-void dsock_spin_courtesy(long long now_ns)
-{
-	if (now_ns >= courtesy_at) {
-		courtesy_at = now_ns + COURTESY_NS;
-		sched_yield();
-	}
-}
 
 int dsock_ready_spurious_in(int fd)
 {
@@ -454,10 +416,11 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 			tn = dsock_mono_ns();
 			if (timeout_ms > 0 && tn - t0 >= timeout_ms * 1000000LL)
 				break;
-			/* past the pure spin every round yields: with more
-			 * runnable threads than cores the others run in it, and
-			 * the wait goes on (ready.h) */
-			if (tn - t0 >= PURE_SPIN_NS)
+			/* past the pure spin every round yields, and every round
+			 * does while the peer awaited last ran on this CPU: with
+			 * more runnable threads than cores the others run in
+			 * it, and the wait goes on (spin.h) */
+			if (tn - t0 >= DSOCK_PURE_SPIN_NS || dsock_spin_awaited_here())
 				sched_yield();
 		}
 		if (spins)

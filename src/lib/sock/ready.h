@@ -16,6 +16,7 @@
 #define DSOCK_READY_H
 
 #include "lib/base/clock.h"
+#include "lib/sock/spin.h"
 
 #include <poll.h>
 #include <stdatomic.h>
@@ -90,36 +91,6 @@ int dsock_hidden_each(int (*fn)(struct dsock_sock *s, void *arg), void *arg);
 /* The list's lock around fork: 0 prepare (taken, after the epoll sets'),
  * 1 parent (released), 2 child (made anew). */
 void dsock_hidden_fork(int phase);
-
-/* How long a poller or a receiver polls before it sleeps, in ns
- * (DSOCK_SPIN_US; default 50 us).  0: no spinning, which saves the CPU
- * the spins take when more busy processes than cores share the machine
- * (docs/ARCHITECTURE.md, "Wake-ups"). */
-extern int64_t dsock_spin_ns;
-
-/* Spinning politely.  A spinner that never blocks starves the other
- * processes when there are more runnable threads than CPUs, so past a
- * short pure spin every round of a spin yields.  With more runnable
- * threads than CPUs the others run in those yields and the spin goes on
- * until its budget: the thread it waits for may be one of them, and its
- * data then lands with no wake-up, where a sleep would cost it a token
- * and us a wake-up.  A spinner whose data always comes within its pure
- * spin never reaches a yield, and starves the others all the same, so
- * every 20 us a wait about to spin starts with one (a wait that sleeps at
- * once gives the core away anyway): dsock_spin_courtesy
- * (docs/ARCHITECTURE.md, "Design decisions and measurements"). */
-void dsock_spin_courtesy(long long now_ns);
-
-/* Spinning only where it pays, learnt per thread: a spin that ends with
- * something to read saves a sleep and a wake-up, one that runs out spends
- * its CPU for nothing (on 2 cores, CPU the other processes of a pipeline
- * are waiting for).  dsock_spin_worth: 1 if this wait may spin (while at
- * least a quarter of this thread's recent spins found something; below
- * that one wait in 8 still spins, to see whether it pays again).
- * dsock_spin_outcome: a spin (one that may find something: not a wait
- * that had something at once) found something (1) or ran out (0). */
-int dsock_spin_worth(void);
-void dsock_spin_outcome(int found);
 
 /* The events to register with the kernel for the application's events on
  * fd.  A writer waiting edge-triggered for EPOLLOUT alone on a connection a

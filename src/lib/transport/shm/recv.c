@@ -531,7 +531,7 @@ again:
 		}
 		if (!spin_end) {
 			int64_t budget = dsock_spin_worth() ? dsock_spin_ns : 0;
-			if (budget > SPIN_PURE_NS)
+			if (budget)
 				dsock_spin_courtesy(t_now);
 			spin_start = t_now;
 			spin_end = t_now + budget;
@@ -541,8 +541,8 @@ again:
 			 * every round (at once when the peer shares our CPU):
 			 * with more runnable threads than cores the peer we
 			 * wait for may need this very core, and runs in our
-			 * yields (see ready.h) */
-			if (t_now - spin_start >= SPIN_PURE_NS ||
+			 * yields (spin.h) */
+			if (t_now - spin_start >= DSOCK_PURE_SPIN_NS ||
 			    __atomic_load_n(&c->peer->cpu, __ATOMIC_RELAXED) == (uint32_t)sched_getcpu() + 1) {
 				sched_yield();
 			} else {

@@ -11,7 +11,6 @@
 #include <sys/socket.h>
 
 #define SPIN_NS 50000 /* a receiver's lease while in recv (its spin: dsock_spin_ns) */
-#define SPIN_PURE_NS 2000 /* of which this long without yielding */
 #define SPIN_WATCH 64 /* pauses between a spinning receiver's full looks */
 #define KCHECK_NS 20000 /* a spinning receiver asks the kernel for FIN/RST */
 

@@ -90,6 +90,7 @@ static void publish(struct shm_conn *c, int fd, uint64_t tail, size_t n)
 	uint32_t cpu = (uint32_t)sched_getcpu() + 1;
 	if (__atomic_load_n(&c->me->cpu, __ATOMIC_RELAXED) != cpu)
 		__atomic_store_n(&c->me->cpu, cpu, __ATOMIC_RELAXED);
+	dsock_spin_sent_to(__atomic_load_n(&c->peer->cpu, __ATOMIC_RELAXED));
 }
 
 /* What a send takes its bytes from: an iovec (m), or a file (m NULL:
