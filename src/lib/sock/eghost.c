@@ -214,13 +214,17 @@ int dsock_epset_ghost_event(int epfd, uint64_t data, uint64_t since, int *fd, un
 	return r;
 }
 
-void dsock_epset_spawn_actions(void)
+static void drop_every_ghost(void)
 {
-	if (!dsock_sets_watched() || !dsock_light_unghost(-1) || !dsock_epoll_ghosts_on)
-		return;
 	pthread_mutex_lock(&dsock_epset_mu);
 	dsock_epset_drop_ghosts(-1);
 	pthread_mutex_unlock(&dsock_epset_mu);
+}
+
+void dsock_epset_spawn_actions(void)
+{
+	if (dsock_sets_watched() && dsock_light_unghost(-1) && dsock_epoll_ghosts_on)
+		drop_every_ghost();
 }
 
 void dsock_epset_ghosts_end(void)
@@ -230,9 +234,7 @@ void dsock_epset_ghosts_end(void)
 	/* off before the drop: a DEL that takes mu after it makes none */
 	__atomic_store_n(&dsock_epoll_ghosts_on, 0, __ATOMIC_SEQ_CST);
 	dsock_light_unghost(-1);
-	pthread_mutex_lock(&dsock_epset_mu);
-	dsock_epset_drop_ghosts(-1);
-	pthread_mutex_unlock(&dsock_epset_mu);
+	drop_every_ghost();
 }
 
 void dsock_epset_passed(int fd)
