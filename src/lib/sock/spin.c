@@ -40,13 +40,17 @@ void dsock_spin_outcome(int found)
 
 void dsock_spin_sent_to(uint32_t cpu)
 {
-	if (peer_cpu != cpu)
-		peer_cpu = cpu;
+	peer_cpu = cpu;
+}
+
+int dsock_spin_here(uint32_t cpu)
+{
+	return cpu && cpu == (uint32_t)sched_getcpu() + 1;
 }
 
 int dsock_spin_awaited_here(void)
 {
-	return peer_cpu && peer_cpu == (uint32_t)sched_getcpu() + 1;
+	return dsock_spin_here(peer_cpu);
 }
 
 void dsock_spin_courtesy(long long now_ns)

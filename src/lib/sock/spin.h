@@ -14,14 +14,14 @@ extern int64_t dsock_spin_ns;
 
 /* Spinning politely.  A spinner that never blocks starves the other
  * processes when there are more runnable threads than CPUs, so past a
- * short pure spin every round of a spin yields (DSOCK_PURE_SPIN_NS).  With more runnable
- * threads than CPUs the others run in those yields and the spin goes on
- * until its budget: the thread it waits for may be one of them, and its
- * data then lands with no wake-up, where a sleep would cost it a token
- * and us a wake-up.  A spinner whose data always comes within its pure
- * spin never reaches a yield, and starves the others all the same, so
- * every 20 us a wait about to spin starts with one (a wait that sleeps at
- * once gives the core away anyway): dsock_spin_courtesy
+ * short pure spin (DSOCK_PURE_SPIN_NS) every round of a spin yields.  With
+ * more runnable threads than CPUs the others run in those yields and the
+ * spin goes on until its budget: the thread it waits for may be one of
+ * them, and its data then lands with no wake-up, where a sleep would cost
+ * it a token and us a wake-up.  A spinner whose data always comes within
+ * its pure spin never reaches a yield, and starves the others all the
+ * same, so every 20 us a wait about to spin starts with one (a wait that
+ * sleeps at once gives the core away anyway): dsock_spin_courtesy
  * (docs/ARCHITECTURE.md, "Design decisions and measurements"). */
 void dsock_spin_courtesy(long long now_ns);
 
@@ -45,9 +45,11 @@ void dsock_spin_outcome(int found);
  * thread last sent to (a server answers, then waits for that client's
  * next request; a proxy forwards, then waits for the answer):
  * dsock_spin_sent_to records the CPU that peer last sent from (+1; 0
- * unknown), dsock_spin_awaited_here says whether it is this one. */
+ * unknown), dsock_spin_awaited_here says whether it is this one, and
+ * dsock_spin_here whether a CPU so written (+1; 0 unknown) is. */
 #define DSOCK_PURE_SPIN_NS 2000LL
 void dsock_spin_sent_to(uint32_t cpu);
 int dsock_spin_awaited_here(void);
+int dsock_spin_here(uint32_t cpu);
 
 #endif

@@ -543,7 +543,7 @@ again:
 			 * wait for may need this very core, and runs in our
 			 * yields (spin.h) */
 			if (t_now - spin_start >= DSOCK_PURE_SPIN_NS ||
-			    __atomic_load_n(&c->peer->cpu, __ATOMIC_RELAXED) == (uint32_t)sched_getcpu() + 1) {
+			    dsock_spin_here(__atomic_load_n(&c->peer->cpu, __ATOMIC_RELAXED))) {
 				sched_yield();
 			} else {
 				shm_spin_watch(c, head);
