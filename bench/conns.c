@@ -34,14 +34,18 @@
  *                            epoll_wait (one ready member among N) and the
  *                            byte read: prints "ns_per_event"
  *
+ * CONNS_PIN=1 pins scale's and burst's two processes to CPUs 0 and 1.
+ *
  * Past 25,000 connections the connects go to 127.0.0.2, .3, ... (the
  * listeners take any address): one destination has some 28,000 ephemeral
  * ports.
  */
+#define _GNU_SOURCE /* sched_setaffinity */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -310,6 +314,21 @@ static int echo_serve(int l, int n, int sync_r, pid_t child, int mem)
 	}
 }
 
+/* CONNS_PIN=1: the echo side on CPU 0, the other on CPU 1, so that two
+ * builds compare without the scheduler's placement between them. */
+static void pin_by_env(int other)
+{
+	const char *e = getenv("CONNS_PIN");
+	cpu_set_t set;
+
+	if (!e || strcmp(e, "1"))
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(other, &set);
+	if (sched_setaffinity(0, sizeof(set), &set) < 0)
+		perror("sched_setaffinity");
+}
+
 /* The set-up of scale and burst: a listener for n connections (the same
  * fd limit natively and under dsock, which holds no fd per connection in
  * the application), the pipe the child reports on, and the fork.  The
@@ -326,6 +345,7 @@ static pid_t echo_pair(int n, struct sockaddr_in *sa, int *l, int sync[2])
 		die("fork");
 	if (child == 0)
 		close(*l);
+	pin_by_env(child == 0);
 	return child;
 }
 

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define DSOCK_SHM_MAGIC    0x52485344u /* "DSHR" */
-#define DSOCK_SHM_VERSION  9
+#define DSOCK_SHM_VERSION  10
 #define DSOCK_SHM_HDR      4096u
 #define DSOCK_RING_MIN     (4u << 10)
 #define DSOCK_RING_MAX     (64u << 20)
@@ -116,10 +116,7 @@ struct dsock_shm_ring {
 	uint32_t token;       /* a wake-up byte is in the consumer's kernel socket */
 	uint32_t space_seq;   /* futex word: bumped when the consumer frees space */
 	uint32_t space_token; /* a space wake-up byte is in the producer's socket */
-	uint32_t queued;      /* an entry naming this ring is on the link queue
-			       * (set by the producer when it pushes one,
-			       * cleared by the consumer when it takes it) */
-	uint8_t pad2[DSOCK_CL - 16];
+	uint8_t pad2[DSOCK_CL - 12];
 } __attribute__((aligned(DSOCK_CL)));
 
 struct dsock_shm_hdr {
@@ -149,16 +146,25 @@ _Static_assert(sizeof(struct dsock_shm_hdr) <= DSOCK_SHM_HDR, "header fits its p
  * its ring but a lease on the link (one of the consumer's pollers looks at
  * the queue, see the transport's docs) pushes the consumer's slot of the
  * connection (side.link_slot) instead of a wake-up token, at most one
- * entry per ring at a time (ring.queued); the consumer's poller takes
+ * entry per ring at a time (the producer keeps the queue position of its
+ * last one, taken once the consumer's head passes it); the consumer's poller takes
  * the entries and looks at those rings only.
  *
  *   page 0   header
  *   page 1   queue 0's entries (uint32_t slots, DSOCK_LINK_SLOTS of them)
  *   page 2   queue 1's entries
  *
- * Either process can write all of it: the consumer checks that
- * 0 <= tail - head <= DSOCK_LINK_SLOTS and that an entry names a slot it
- * gave out; an entry that lies costs a look at one of its own rings.
+ * An entry is the slot number (below 2^20) with the lap of its position
+ * in the bits above (DSOCK_LINK_LAP_SHIFT): position i holds an entry
+ * from lap dsock_link_lap(i), or from the lap before, never yet written.
+ * So the consumer polls the entry at its head alone, and one cache line
+ * brings it the news and what it names (a separate tail would be a second
+ * line crossing between the two CPUs per message).
+ *
+ * Either process can write all of it: the consumer checks that an entry's
+ * lap is its position's or the one before (anything else breaks the
+ * link for it) and that the slot is one it gave out; an entry that lies
+ * costs a look at one of its own rings.
  * A peer that writes bell or rung decides only whether it rings our bell
  * (a spurious wake-up of ours at worst: we take entries whenever we
  * wake); ours is armed again each time a poller of ours sleeps. */
@@ -175,13 +181,21 @@ _Static_assert(sizeof(struct dsock_shm_hdr) <= DSOCK_SHM_HDR, "header fits its p
 #define DSOCK_POOL_SLOTS_MAX 1024u
 
 #define DSOCK_LINK_MAGIC   0x4b4c5344u /* "DSLK" */
-#define DSOCK_LINK_VERSION 2
+#define DSOCK_LINK_VERSION 3
 #define DSOCK_LINK_SLOTS   1024u
 #define DSOCK_LINK_BYTES   (DSOCK_SHM_HDR + 2 * DSOCK_LINK_SLOTS * 4u)
+#define DSOCK_LINK_LAP_SHIFT 20
+#define DSOCK_LINK_SLOT_MASK ((1u << DSOCK_LINK_LAP_SHIFT) - 1)
+
+/* The lap of queue position i: 1 to 4095, never 0 (memory as made), and
+ * different for i and i - DSOCK_LINK_SLOTS. */
+static inline uint32_t dsock_link_lap(uint64_t i)
+{
+	return (uint32_t)((i / DSOCK_LINK_SLOTS) % ((1u << (32 - DSOCK_LINK_LAP_SHIFT)) - 1)) + 1;
+}
 
 struct dsock_link_queue {
-	uint64_t tail;        /* producer's line: entries ever pushed */
-	uint8_t pad0[DSOCK_CL - 8];
+	uint8_t pad0[DSOCK_CL]; /* (a tail once: the entries carry their laps) */
 	uint64_t head;        /* consumer's line: entries ever taken */
 	uint8_t pad1[DSOCK_CL - 8];
 	uint64_t lease_until; /* consumer's lease line: a poller of the
@@ -206,7 +220,6 @@ struct dsock_link_hdr {
 };
 
 _Static_assert(sizeof(struct dsock_link_hdr) <= DSOCK_SHM_HDR, "link header fits its page");
-_Static_assert(offsetof(struct dsock_link_hdr, q[1].tail) == 64 + 256, "tests/faults/test_faults.py 8 writes there");
 _Static_assert(DSOCK_LINK_SLOTS * 4u == DSOCK_SHM_HDR, "a queue's entries fill a page");
 
 #endif

@@ -202,7 +202,8 @@ while True:
 '''
 
 # Three connections to LINK_VICTIM, round trips round-robin; at "scribble"
-# it writes garbage over the tails of both queues of its link mapping.
+# it writes garbage over the entries of both queues of its link mapping
+# (laps that no position has: shm_layout.h).
 LINK_HOSTILE = r'''
 import socket, sys, time
 cs = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in range(3)]
@@ -222,13 +223,12 @@ maps = [l.split()[0].split("-")[0] for l in open("/proc/self/maps") if "dsock-li
 mem = open("/proc/self/mem", "r+b", buffering=0)
 def scribble():
     for a in maps:
-        for tail in (64, 64 + 256):  # (each queue: tail, head, lease, rung lines)
-            mem.seek(int(a, 16) + tail); mem.write((0x7FFFFFFF00000000).to_bytes(8, "little"))
+        mem.seek(int(a, 16) + 4096); mem.write(b"\xff" * 8192)  # (the header page, then each queue's entries)
 scribble()
 print("scribbled", len(maps), flush=True)
 try:
-    # (again every 10 round trips for a while: an honest push writes the
-    # tail anew, and a server asleep takes the queue only when woken)
+    # (again every 10 round trips for a while: an honest push writes its
+    # entry anew, and a server asleep takes the queue only when woken)
     t0 = time.time()
     for k in range(50):
         rounds(10); scribble()

@@ -229,6 +229,7 @@ void shm_link_join(struct shm_conn *c, uint32_t id, int side, unsigned gen)
 	if (!n)
 		return;
 	c->link_slot = n;
+	c->link_pushed = 0;
 	__atomic_store_n(&c->link, l, __ATOMIC_RELEASE);
 	__atomic_store_n(&c->me->link_slot, n, __ATOMIC_SEQ_CST);
 }
@@ -276,19 +277,23 @@ int shm_link_notify(struct shm_conn *c, int64_t now)
 	     !__atomic_load_n(&q->bell, __ATOMIC_RELAXED)) ||
 	    !(n = __atomic_load_n(&c->peer->link_slot, __ATOMIC_RELAXED)))
 		return 0;
-	/* one entry per ring at a time: one already queued names our data
-	 * too (the consumer clears the flag, then looks at the ring) */
-	if (!__atomic_load_n(&c->tx->queued, __ATOMIC_RELAXED)) {
-		if (pthread_mutex_trylock(&l->tx_mu))
+	/* one entry per ring at a time: one the consumer has not taken yet
+	 * names our new data too (it advances its head, then, after a full
+	 * fence, looks at the ring; we stored our tail before the full fence
+	 * of the doorbell, then read its head).  Our own index, not a flag in
+	 * the ring that both processes write: that line crossed between the
+	 * two CPUs three times per message. */
+	uint64_t h = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
+	if (h >= c->link_pushed) {
+		if (n > DSOCK_LINK_SLOT_MASK || pthread_mutex_trylock(&l->tx_mu))
 			return 0;
-		uint64_t h = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
 		if (l->tail - h >= DSOCK_LINK_SLOTS) { /* full, or a head that lies */
 			pthread_mutex_unlock(&l->tx_mu);
 			return 0;
 		}
-		__atomic_store_n(&c->tx->queued, 1, __ATOMIC_RELAXED);
-		__atomic_store_n(&l->out[l->tail % DSOCK_LINK_SLOTS], n, __ATOMIC_RELAXED);
-		__atomic_store_n(&q->tail, ++l->tail, __ATOMIC_RELEASE);
+		uint32_t e = n | dsock_link_lap(l->tail) << DSOCK_LINK_LAP_SHIFT;
+		__atomic_store_n(&l->out[l->tail % DSOCK_LINK_SLOTS], e, __ATOMIC_RELEASE);
+		c->link_pushed = ++l->tail;
 		pthread_mutex_unlock(&l->tx_mu);
 	}
 	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the entry before the lease */
@@ -310,55 +315,64 @@ int shm_link_notify(struct shm_conn *c, int64_t now)
 /* ---- the consumer ---------------------------------------------------------- */
 #define TAKE_BATCH 64
 
-/* Takes l's entries (rx_mu held): each names a ring that has news; its
- * flag is cleared, then (a full fence) the ring looked at, and a ring
- * with data is marked hidden readable for our pollers. */
+/* l's queue broke the rules (rx_mu held): a corrupt or hostile peer.  No
+ * lease from now on, then (a full fence) a look at every ring of the
+ * link: the entries of an honest producer that saw the lease are lost
+ * with the queue, not its data. */
+static void broke(struct shm_link *l)
+{
+	if (l->broken)
+		return;
+	DSOCK_WARN("link %u: its queue broke the rules (a corrupt or hostile peer): "
+		   "its connections wake by tokens",
+		   l->id);
+	l->broken = 1;
+	__atomic_store_n(&l->inq->lease_until, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&l->lease, 0, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	for (size_t i = 1; i < l->nslot; i++) {
+		uint64_t head;
+		if (l->slot[i] && rx_avail(l->slot[i], &head) != 0)
+			dsock_hidden_set(l->slot[i]->sock, &l->slot[i]->unbacked, 1);
+	}
+}
+
+/* Takes l's entries (rx_mu held): each names a ring that has news; the
+ * head moves past them, then (a full fence) the rings are looked at, and
+ * a ring with data is marked hidden readable for our pollers. */
 void shm_link_take_locked(struct shm_link *l)
 {
-	uint64_t t = __atomic_load_n(&l->inq->tail, __ATOMIC_ACQUIRE);
 	struct shm_conn *got[TAKE_BATCH];
 
-	if (t == l->head)
-		return;
-	if (t - l->head > DSOCK_LINK_SLOTS) {
-		DSOCK_WARN("link %u: its queue broke the rules (a corrupt or hostile peer): "
-			   "its connections wake by tokens",
-			   l->id);
-		l->broken = 1;
-		/* no lease from now on, then (a full fence) a look at every
-		 * ring of the link: the entries of an honest producer that saw
-		 * the lease are lost with the queue, not its data */
-		__atomic_store_n(&l->inq->lease_until, 0, __ATOMIC_SEQ_CST);
-		__atomic_store_n(&l->lease, 0, __ATOMIC_RELAXED);
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		for (size_t i = 1; i < l->nslot; i++) {
-			uint64_t head;
-			if (l->slot[i] && rx_avail(l->slot[i], &head) != 0)
-				dsock_hidden_set(l->slot[i]->sock, &l->slot[i]->unbacked, 1);
-		}
-		return;
-	}
-	if (!l->took) {
-		l->took = 1;
-		DSOCK_DBG("link %u: announcements taken", l->id); /* (tests look for it) */
-	}
-	while (l->head != t) {
+	for (;;) {
+		uint64_t from = l->head;
 		int k = 0;
-		for (; l->head != t && k < TAKE_BATCH; l->head++) {
-			uint32_t n = __atomic_load_n(&l->in[l->head % DSOCK_LINK_SLOTS], __ATOMIC_RELAXED);
-			struct shm_conn *c = n < l->nslot ? l->slot[n] : NULL;
-			if (c) {
-				__atomic_store_n(&c->rx->queued, 0, __ATOMIC_RELAXED);
-				got[k++] = c;
+		for (; k < TAKE_BATCH; l->head++) {
+			uint32_t e = __atomic_load_n(&l->in[l->head % DSOCK_LINK_SLOTS], __ATOMIC_ACQUIRE);
+			uint32_t lap = e >> DSOCK_LINK_LAP_SHIFT, n = e & DSOCK_LINK_SLOT_MASK;
+			if (lap != dsock_link_lap(l->head)) {
+				if (lap != (l->head < DSOCK_LINK_SLOTS ? 0 : dsock_link_lap(l->head - DSOCK_LINK_SLOTS)))
+					broke(l);
+				break; /* (not written yet) */
 			}
+			if (n < l->nslot && l->slot[n])
+				got[k++] = l->slot[n];
+		}
+		if (l->head == from)
+			return;
+		if (!l->took) {
+			l->took = 1;
+			DSOCK_DBG("link %u: announcements taken", l->id); /* (tests look for it) */
 		}
 		__atomic_store_n(&l->inq->head, l->head, __ATOMIC_RELEASE);
-		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the flags before the rings */
+		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the head before the rings */
 		for (int i = 0; i < k; i++) {
 			uint64_t head;
 			if (rx_avail(got[i], &head) != 0)
 				dsock_hidden_set(got[i]->sock, &got[i]->unbacked, 1);
 		}
+		if (k < TAKE_BATCH || l->broken)
+			return;
 	}
 }
 

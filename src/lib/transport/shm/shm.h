@@ -128,6 +128,10 @@ struct shm_conn {
 	int listed;                    /* while on it */
 	struct shm_link *link; /* our link with the peer's process (link.c), or NULL */
 	uint32_t link_slot;  /* our slot on it (as in me->link_slot) */
+	uint64_t link_pushed; /* the link queue's tail just after our last
+			       * entry there (tx lock held; 0: none): while
+			       * the consumer's head is below it, that entry
+			       * is not taken yet and names our new data too */
 };
 
 extern const struct dsock_transport dsock_shm_transport;
