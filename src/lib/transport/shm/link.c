@@ -368,8 +368,10 @@ void shm_link_take_locked(struct shm_link *l)
 		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the head before the rings */
 		for (int i = 0; i < k; i++) {
 			uint64_t head;
-			if (rx_avail(got[i], &head) != 0)
+			if (rx_avail(got[i], &head) != 0) {
+				shm_prefetch_reply(got[i], head);
 				dsock_hidden_set(got[i]->sock, &got[i]->unbacked, 1);
+			}
 		}
 		if (k < TAKE_BATCH || l->broken)
 			return;

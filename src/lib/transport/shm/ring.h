@@ -39,6 +39,24 @@ static inline int64_t rx_avail(struct shm_conn *c, uint64_t *head)
 	return t - h <= c->size ? (int64_t)(t - h) : -1;
 }
 
+/* A consumer that learnt of c's data from its link (link.c) will read it
+ * and, as a server does, most likely answer: the lines that takes are
+ * asked for now, so that their misses overlap instead of coming one
+ * after another on the way to the answer (a process holding thousands of
+ * connections finds none of them in its caches).  A prefetch never
+ * faults, so an index the peer wrote may serve as an address. */
+static inline void shm_prefetch_reply(const struct shm_conn *c, uint64_t head)
+{
+	__builtin_prefetch(c->rxd + (head & (c->size - 1)), 0);
+	__builtin_prefetch(c->tx, 1);             /* tail */
+	__builtin_prefetch(&c->tx->tx_lock, 1);
+	__builtin_prefetch(&c->tx->lease_until, 0);
+	__builtin_prefetch(c->txd + (c->tx_tail & (c->size - 1)), 1);
+	__builtin_prefetch(c->sock, 1);
+	for (size_t off = DSOCK_CL; off < sizeof(*c); off += DSOCK_CL)
+		__builtin_prefetch((const char *)c + off, 1);
+}
+
 /* Copies n bytes between the ring at index idx and an iovec at offset off. */
 static inline void ring_copy(unsigned char *ring, uint32_t size, uint64_t idx, const struct msghdr *m,
 		      size_t off, size_t n, int to_ring)
