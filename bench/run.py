@@ -55,6 +55,8 @@ for n in CONNS:
     measure(f"{n} connections{spread}, 14 B round trips round-robin (bench/conns.c scale)", conn_scale, n,
             metrics=[("", "round trips/s", "higher", 0), (", RSS both processes", "MiB", "lower", 1),
                      (", shared memory both", "MiB", "lower", 2),
+                     (", memory per connection (RSS of both processes / N, shared pages counted once)", "KiB",
+                      "lower", 4),
                      (", set-up (connect, 4 round trips each)", "s", "lower", 3)])
 for n in ONE:
     measure(f"epoll_wait with one ready among {n} connections (bench/conns.c one)", conn_one, n,

@@ -279,7 +279,11 @@ def conn_req(mode):
 def conn_scale(mode, n):
     out = run([tool("conns"), "scale", str(n), str(S), str(scale_pairs(n))], mode).stdout.split()
     mib = lambda k: round(int(k) / 1024, 1) if int(k) >= 0 else None  # negative: could not be read
-    return float(out[0]), mib(out[1]), mib(out[2]), float(out[3])
+    # both processes map every page of their connections' shared memory,
+    # so their RSS counts it twice: counted once here (KiB)
+    rss, shm = int(out[1]), int(out[2])
+    per_conn = round((rss - shm / 2) / n, 2) if rss >= 0 and shm >= 0 else None
+    return float(out[0]), mib(out[1]), mib(out[2]), float(out[3]), per_conn
 
 
 def conn_one(mode, n):
