@@ -147,8 +147,8 @@ _Static_assert(sizeof(struct dsock_shm_hdr) <= DSOCK_SHM_HDR, "header fits its p
  * the queue, see the transport's docs) pushes the consumer's slot of the
  * connection (side.link_slot) instead of a wake-up token, at most one
  * entry per ring at a time (the producer keeps the queue position of its
- * last one, taken once the consumer's head passes it); the consumer's poller takes
- * the entries and looks at those rings only.
+ * last one, taken once the consumer's head passes it); the consumer's
+ * poller takes the entries and looks at those rings only.
  *
  *   page 0   header
  *   page 1   queue 0's entries (uint32_t slots, DSOCK_LINK_SLOTS of them)
@@ -181,7 +181,7 @@ _Static_assert(sizeof(struct dsock_shm_hdr) <= DSOCK_SHM_HDR, "header fits its p
 #define DSOCK_POOL_SLOTS_MAX 1024u
 
 #define DSOCK_LINK_MAGIC   0x4b4c5344u /* "DSLK" */
-#define DSOCK_LINK_VERSION 3
+#define DSOCK_LINK_VERSION 4
 #define DSOCK_LINK_SLOTS   1024u
 #define DSOCK_LINK_BYTES   (DSOCK_SHM_HDR + 2 * DSOCK_LINK_SLOTS * 4u)
 #define DSOCK_LINK_LAP_SHIFT 20
@@ -195,8 +195,8 @@ static inline uint32_t dsock_link_lap(uint64_t i)
 }
 
 struct dsock_link_queue {
-	uint8_t pad0[DSOCK_CL]; /* (a tail once: the entries carry their laps) */
-	uint64_t head;        /* consumer's line: entries ever taken */
+	uint64_t head;        /* consumer's line: entries ever taken (no tail:
+			       * the entries carry their laps) */
 	uint8_t pad1[DSOCK_CL - 8];
 	uint64_t lease_until; /* consumer's lease line: a poller of the
 			       * consumer looks at this queue before any of
