@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define DSOCK_SHM_MAGIC    0x52485344u /* "DSHR" */
-#define DSOCK_SHM_VERSION  10
+#define DSOCK_SHM_VERSION  11
 #define DSOCK_SHM_HDR      4096u
 #define DSOCK_RING_MIN     (4u << 10)
 #define DSOCK_RING_MAX     (64u << 20)
@@ -89,7 +89,20 @@ struct dsock_shm_ring {
 	uint32_t tx_waiting;  /* producer waits for space (DSOCK_TXW_*): the
 			       * consumer bumps space_seq and wakes the futex,
 			       * and tokens a poller */
-	uint8_t pad0[DSOCK_CL - 12];
+	uint32_t pad5;
+	uint64_t map;         /* where byte i lies: at (i + shift) & (width - 1),
+			       * width the low 32 bits (a power of two from
+			       * DSOCK_RING_MIN to ring_size; 0: DSOCK_RING_MIN),
+			       * shift the high 32.  One word, so that a reader
+			       * sees both of one change.  The producer widens
+			       * the ring (tx lock held) only when the bytes in
+			       * flight keep their places: the ring empty, or
+			       * those bytes in one stretch of the old width,
+			       * which the new shift then puts where they are;
+			       * stored before the tail that follows.  A
+			       * connection of small messages touches one page
+			       * of its ring, not all of it */
+	uint8_t pad0[DSOCK_CL - 24];
 	/* producer's lock line, apart: a lock word on the tail's line would
 	 * cost each send a cache-line transfer for the lock and another for
 	 * the unlock (the consumer reads the line in between) */

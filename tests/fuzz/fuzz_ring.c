@@ -40,7 +40,7 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define RING 4096u
+#define RING 16384u /* wider than DSOCK_RING_MIN: the rings' maps widen */
 #define MAPLEN (DSOCK_SHM_HDR + 2 * RING)
 
 static int lfd = -1, trace;
@@ -50,6 +50,24 @@ static struct sockaddr_in laddr;
 
 #define CHECK(c) do { if (!(c)) { \
 	fprintf(stderr, "fuzz_ring: check failed: %s (line %d)\n", #c, __LINE__); abort(); } } while (0)
+
+/* Where ring r's byte i lies as its map word says (shm_layout.h), or -1
+ * when the word breaks the rules (scribbled: nobody knows). */
+static long ring_pos(const struct dsock_shm_ring *r, uint64_t i)
+{
+	uint64_t m = __atomic_load_n(&r->map, __ATOMIC_RELAXED);
+	uint32_t w = (uint32_t)m ? (uint32_t)m : DSOCK_RING_MIN, shift = (uint32_t)(m >> 32);
+
+	if (w < DSOCK_RING_MIN || w > RING || (w & (w - 1)))
+		return -1;
+	return (long)((i + shift) & (w - 1));
+}
+
+static uint32_t ring_width(const struct dsock_shm_ring *r)
+{
+	uint32_t w = (uint32_t)__atomic_load_n(&r->map, __ATOMIC_RELAXED);
+	return w ? w : DSOCK_RING_MIN;
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -223,13 +241,32 @@ static void peer_switch(struct world *w)
 	}
 }
 
+/* The peer widens its ring to RING where the bytes in flight keep their
+ * places (as the library's tx_widen). */
+static void peer_widen(struct world *w, uint64_t tail, uint64_t head)
+{
+	uint64_t m = __atomic_load_n(&w->rx->map, __ATOMIC_RELAXED);
+	uint32_t wd = ring_width(w->rx), shift = (uint32_t)(m >> 32);
+
+	if (wd >= RING)
+		return;
+	if (tail != head) {
+		uint64_t first = head + shift, last = tail - 1 + shift;
+		if (first / wd != last / wd)
+			return;
+		shift = (uint32_t)(shift - (first - first % wd));
+	}
+	__atomic_store_n(&w->rx->map, (uint64_t)(shift & (RING - 1)) << 32 | RING, __ATOMIC_RELAXED);
+	TRACE("peer widens its ring (shift %u)", shift & (RING - 1));
+}
+
 static void op_produce(struct world *w, struct script *s)
 {
-	unsigned want = take(s, 2) % (RING + 1), token = take(s, 1) & 1;
+	unsigned want = take(s, 2) % (RING + 1), flags = take(s, 1), token = flags & 1;
 	uint64_t tail = __atomic_load_n(&w->rx->tail, __ATOMIC_RELAXED);
 	uint64_t head = __atomic_load_n(&w->rx->head, __ATOMIC_ACQUIRE);
 
-	if (tail - head > RING)
+	if (tail - head > ring_width(w->rx) || ring_pos(w->rx, 0) < 0)
 		return; /* scribbled: the peer would not know where it is either */
 	if (w->peer_back) { /* back on the kernel: plain data there */
 		unsigned char buf[RING];
@@ -244,10 +281,12 @@ static void op_produce(struct world *w, struct script *s)
 		return;
 	}
 	peer_switch(w);
-	if (want > RING - (tail - head))
-		want = (unsigned)(RING - (tail - head));
+	if ((flags & 2) && !w->broken)
+		peer_widen(w, tail, head);
+	if (want > ring_width(w->rx) - (tail - head))
+		want = (unsigned)(ring_width(w->rx) - (tail - head));
 	for (unsigned i = 0; i < want; i++)
-		w->vrx[(tail + i) & (RING - 1)] = pat(w->in_made + i, 0);
+		w->vrx[ring_pos(w->rx, tail + i)] = pat(w->in_made + i, 0);
 	w->in_made += want;
 	TRACE("peer produces %u (token %u)", want, token);
 	__atomic_store_n(&w->rx->tail, tail + want, __ATOMIC_RELEASE);
@@ -265,13 +304,13 @@ static void op_consume(struct world *w, struct script *s)
 	uint64_t head = __atomic_load_n(&w->tx->head, __ATOMIC_RELAXED);
 	uint64_t tail = __atomic_load_n(&w->tx->tail, __ATOMIC_ACQUIRE);
 
-	if (tail - head > RING || __atomic_load_n(&w->me->back_sent, __ATOMIC_ACQUIRE))
+	if (tail - head > RING || ring_pos(w->tx, 0) < 0 || __atomic_load_n(&w->me->back_sent, __ATOMIC_ACQUIRE))
 		return; /* scribbled, or closed: the victim re-sent it by the kernel */
 	if (want > tail - head)
 		want = (unsigned)(tail - head);
 	if (!w->broken)
 		for (unsigned i = 0; i < want; i++)
-			CHECK(w->vtx[(head + i) & (RING - 1)] == pat(w->out_read + i, 1));
+			CHECK(w->vtx[ring_pos(w->tx, head + i)] == pat(w->out_read + i, 1));
 	w->out_read += want;
 	TRACE("peer consumes %u", want);
 	__atomic_store_n(&w->tx->head, head + want, __ATOMIC_RELEASE);
@@ -448,7 +487,7 @@ static void op_peer_back(struct world *w)
 	if (w->peer_back || w->b < 0 || n > RING || w->broken)
 		return;
 	for (uint64_t i = 0; i < n; i++)
-		buf[i] = w->vrx[(head + i) & (RING - 1)];
+		buf[i] = w->vrx[ring_pos(w->rx, head + i)];
 	if (n && send(w->b, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)n) {
 		w->broken = 1; /* a short send: the stream is broken, as the library would reset */
 		return;

@@ -10,7 +10,7 @@
  * that count: its tx lock (sends, data tokens), its rx lock (space tokens)
  * and the peer's rx lock (the peer's drains, which stop at back_off).
  * See docs/ARCHITECTURE.md ("Handing a connection over"). */
-#include "lib/transport/shm/shm.h"
+#include "lib/transport/shm/ring.h"
 #include "lib/base/real.h"
 #include "lib/sock/ready.h"
 #include "common/log.h"
@@ -47,14 +47,14 @@ int shm_trylock_peer(uint32_t *w, int round)
  * from buf when ring is NULL.  The socket has carried only tokens, so its
  * buffer is nearly empty; it is grown once for a large ring.  0, or
  * -errno (a short send leaves the stream broken: the caller resets). */
-int shm_send_backlog(struct shm_conn *c, int fd, const unsigned char *ring, const unsigned char *buf,
-		     uint64_t head, uint64_t n)
+int shm_send_backlog(struct shm_conn *c, int fd, const unsigned char *ring, uint32_t win, uint32_t shift,
+		     const unsigned char *buf, uint64_t head, uint64_t n)
 {
 	int grown = 0;
 
 	while (n) {
-		size_t pos = ring ? (size_t)(head & (c->size - 1)) : 0;
-		size_t run = ring ? (c->size - pos < n ? c->size - pos : (size_t)n) : (size_t)n;
+		size_t pos = ring ? (size_t)((head + shift) & (win - 1)) : 0;
+		size_t run = ring ? (win - pos < n ? win - pos : (size_t)n) : (size_t)n;
 		const unsigned char *p = ring ? ring + pos : buf;
 		ssize_t r = dsock_real.send(fd, p, run, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (r > 0) {
@@ -135,12 +135,13 @@ int shm_tx_back(struct shm_conn *c, int fd, int asleep)
 					  -EAGAIN : shm_last_token_locked(c, fd)))
 			goto out;
 		k = shm_kernel_sent(fd) - c->tx_base;
-		if (n > c->size || k < 0)
+		struct ring_map rm = ring_map_of(c, c->tx);
+		if (!rm.w || n > rm.w || k < 0)
 			r = -EPROTO;
 		else if (n && __atomic_load_n(&c->me->closing, __ATOMIC_ACQUIRE))
 			r = -EPIPE; /* our FIN is out: no byte can follow it */
 		else if (n)
-			r = shm_send_backlog(c, fd, c->txd, NULL, head, n);
+			r = shm_send_backlog(c, fd, c->txd, rm.w, rm.shift, NULL, head, n);
 		if (!r) {
 			__atomic_store_n(&c->me->back_off, (uint64_t)k, __ATOMIC_RELAXED);
 			__atomic_store_n(&c->me->back_sent, 1, __ATOMIC_SEQ_CST);

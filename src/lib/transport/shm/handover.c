@@ -13,7 +13,7 @@
  * direction ourselves (peer_back), and otherwise wait for the peer's
  * answer, 2 s at most.  See docs/ARCHITECTURE.md ("Handing a connection
  * over"). */
-#include "lib/transport/shm/shm.h"
+#include "lib/transport/shm/ring.h"
 #include "lib/ctl/ctl.h"
 #include "lib/base/real.h"
 #include "lib/sock/ready.h"
@@ -117,6 +117,7 @@ static int take_exact(struct shm_conn *c, int fd, unsigned char *buf, uint64_t n
 static int peer_back(struct shm_conn *c, int fd, int pfd, int round, int64_t end)
 {
 	uint64_t sw, k, kr, head, tail, d = 0;
+	struct ring_map rm = { 0, 0 };
 	unsigned char *dbuf = NULL;
 	int64_t base, sent;
 	int r = 0;
@@ -146,7 +147,7 @@ static int peer_back(struct shm_conn *c, int fd, int pfd, int round, int64_t end
 	kr = __atomic_load_n(&c->me->kread, __ATOMIC_ACQUIRE);
 	k = (uint64_t)(sent - base);
 	if (sent < 0 || base < 0 || sent < base || k < sw || k - sw > (1ULL << 40) || kr > k ||
-	    tail - head > c->size) {
+	    !(rm = ring_map_of(c, c->rx)).w || tail - head > rm.w) {
 		r = -EPROTO;
 		goto out;
 	}
@@ -179,9 +180,9 @@ static int peer_back(struct shm_conn *c, int fd, int pfd, int round, int64_t end
 	if ((r = take_exact(c, fd, NULL, k - kr, end)))
 		goto out;
 	if (d)
-		r = shm_send_backlog(c, pfd, NULL, dbuf, 0, d);
+		r = shm_send_backlog(c, pfd, NULL, 0, 0, dbuf, 0, d);
 	if (!r && tail != head)
-		r = shm_send_backlog(c, pfd, c->rxd, NULL, head, tail - head);
+		r = shm_send_backlog(c, pfd, c->rxd, rm.w, rm.shift, NULL, head, tail - head);
 	if (!r) {
 		__atomic_store_n(&c->peer->back_off, k, __ATOMIC_RELAXED);
 		__atomic_store_n(&c->peer->back_sent, 1, __ATOMIC_SEQ_CST);

@@ -338,6 +338,7 @@ ssize_t shm_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 	 * error, a timeout or a signal: then what is there), as the kernel's */
 	int peekall = peek && (flags & MSG_WAITALL) && total, peek_now = !peekall, kpeeked = 0;
 	int err = 0, eof = 0, nb = -1, spun = 0, leased = 0, late_err = 0;
+	struct ring_map win = { 0, 0 };
 	int64_t spin_end = 0, spin_start = 0, next_check = -1, rcv_deadline = 0;
 
 	if (flags & MSG_OOB) {
@@ -428,7 +429,7 @@ again:
 				break;
 			}
 		}
-		avail = rx_avail(c, &head);
+		avail = rx_avail_in(c, &head, &win);
 		if (avail < 0) {
 			shm_unlock(&c->rx->rx_lock);
 			return shm_fault(s, fd, "rx indices out of range");
@@ -444,7 +445,7 @@ again:
 			/* MSG_TRUNC: the bytes go, uncopied (a stream socket's
 			 * discard, as the kernel's) */
 			if (!(flags & MSG_TRUNC))
-				ring_copy(c->rxd, c->size, head, m, got, n, 0);
+				ring_copy(c->rxd, win.w, head + win.shift, m, got, n, 0);
 			got += n;
 			shm_count_ring_use(c);
 			c->rx_reads++;

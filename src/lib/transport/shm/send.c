@@ -190,17 +190,20 @@ static ssize_t send_rest_plain(int fd, const struct send_src *src, size_t off, i
  * (a file that ends), or -errno (nothing read). */
 static ssize_t src_copy(struct shm_conn *c, uint64_t tail, const struct send_src *src, size_t off, size_t n)
 {
+	struct ring_map rm = tx_map(c);
+	uint32_t w = rm.w;
+
 	if (src->m) {
-		ring_copy(c->txd, c->size, tail, src->m, off, n, 1);
+		ring_copy(c->txd, w, tail + rm.shift, src->m, off, n, 1);
 		return (ssize_t)n;
 	}
-	size_t at = (size_t)(tail & (c->size - 1));
+	size_t at = (size_t)((tail + rm.shift) & (w - 1));
 	struct iovec v[2];
 	int k = 1;
 	ssize_t r;
 
 	v[0].iov_base = c->txd + at;
-	v[0].iov_len = c->size - at < n ? c->size - at : n;
+	v[0].iov_len = w - at < n ? w - at : n;
 	if (v[0].iov_len < n) {
 		v[1].iov_base = c->txd;
 		v[1].iov_len = n - v[0].iov_len;
@@ -394,7 +397,8 @@ ssize_t shm_sendmsg_solo(struct dsock_sock *s, int fd, const struct msghdr *m, i
 		shm_tx_unlock(c);
 		return DSOCK_ESLOW;
 	}
-	ring_copy(c->txd, c->size, tail, m, 0, total, 1);
+	struct ring_map rm = tx_map(c);
+	ring_copy(c->txd, rm.w, tail + rm.shift, m, 0, total, 1);
 	publish(c, fd, tail + total, total);
 	shm_tx_unlock(c);
 	return (ssize_t)total;

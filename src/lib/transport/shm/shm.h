@@ -42,6 +42,12 @@ struct shm_given {
 	unsigned gen;
 };
 
+/* Where a ring's bytes lie (shm_layout.h: map): byte i at
+ * (i + shift) & (w - 1).  w 0: the word breaks the rules. */
+struct ring_map {
+	uint32_t w, shift;
+};
+
 struct shm_conn {
 	_Atomic int state;   /* SC_*: any thread of ours may look */
 	_Atomic int offering; /* a thread is offering (OFFER_DUE) */
@@ -70,6 +76,10 @@ struct shm_conn {
 	uint64_t tx_tail;    /* the tail we stored last (see tx_space_for), */
 	int tx_tail_ok;      /* ... once we stored one (an exec'd image has
 			      * our pid and may reuse our numbers) */
+	struct ring_map tx_rm; /* the tx ring's map as tx_space_for last
+			      * found it: current while tail_writer is us
+			      * (a holder that widens the ring otherwise
+			      * clears tail_writer) */
 	int tx_biased;       /* the tx lock's holder entered by its bias */
 	int fast_counted;    /* counted in dsock_fastpath_conns (conn.c) */
 	int32_t asleep_delta; /* our part of the service's asleep score not
@@ -465,8 +475,8 @@ int shm_tx_back(struct shm_conn *c, int fd, int asleep);
 /* Sends n bytes on fd without blocking, from the ring `ring` at index
  * head, or from buf when ring is NULL (the socket's buffer grown once if
  * need be).  0 or -errno. */
-int shm_send_backlog(struct shm_conn *c, int fd, const unsigned char *ring, const unsigned char *buf,
-		     uint64_t head, uint64_t n);
+int shm_send_backlog(struct shm_conn *c, int fd, const unsigned char *ring, uint32_t win, uint32_t shift,
+		     const unsigned char *buf, uint64_t head, uint64_t n);
 /* The peer's stream as we read it: its switch offset, its back_off (a
  * switch offset past it is cut to it) and our kernel bytes read. */
 void shm_peer_offsets(struct shm_conn *c, uint64_t *sw, uint64_t *dn, uint64_t *kr);
