@@ -28,6 +28,19 @@ CLI_OBJ    = $(call obj,bin,$(COMMON_SRC) $(CLI_SRC))
 # unit tests link the library's objects directly (no preload), built with SAN
 UNIT_LIB_OBJ = $(call obj,bin,$(COMMON_SRC) $(LIB_SRC))
 
+# The kernel-recorded proof (daemon/ident.c) needs libbpf's headers and
+# clang's BPF target; without them dsockd is built without it (and says so
+# when asked for it).
+BPF ?= $(shell test -r /usr/include/bpf/libbpf.h && command -v clang >/dev/null 2>&1 && echo 1)
+ifeq ($(BPF),1)
+IDENT_BPF      = $(BUILD)/obj/bpf/ident.bpf.o
+# (the target's asm/ headers, which the BPF target does not look for)
+BPF_ASM_INC    = $(patsubst %/asm/types.h,%,$(firstword $(wildcard /usr/include/*-linux-gnu/asm/types.h)))
+DAEMON_BPF_OBJ = $(BUILD)/obj/bin/daemon/bpf/ident_blob.o
+DAEMON_LIBS    = -lbpf
+$(BUILD)/obj/bin/daemon/ident.o: CFLAGS += -DDSOCK_HAVE_BPF
+endif
+
 LIBDSOCK = $(BUILD)/lib/libdsock.so
 DSOCKD   = $(BUILD)/bin/dsockd
 DSOCK    = $(BUILD)/bin/dsock
@@ -59,9 +72,17 @@ $(LIBDSOCK): $(LIB_OBJ) src/lib/libdsock.map
 	$(CC) -shared -o $@ $(LIB_OBJ) -Wl,--version-script=src/lib/libdsock.map \
 	    -Wl,-z,now -Wl,-z,relro $(LDFLAGS) -ldl
 
-$(DSOCKD): $(DAEMON_OBJ)
+$(DSOCKD): $(DAEMON_OBJ) $(DAEMON_BPF_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $^ $(SANFLAGS) $(LDFLAGS)
+	$(CC) -o $@ $^ $(SANFLAGS) $(LDFLAGS) $(DAEMON_LIBS)
+
+$(IDENT_BPF): src/daemon/bpf/ident.bpf.c src/common/ident.h
+	@mkdir -p $(dir $@)
+	clang -O2 -g -target bpf -Isrc $(addprefix -I,$(BPF_ASM_INC)) -c $< -o $@
+
+$(DAEMON_BPF_OBJ): src/daemon/bpf/ident_blob.S $(IDENT_BPF)
+	@mkdir -p $(dir $@)
+	$(CC) -c -DIDENT_BPF_OBJ='"$(IDENT_BPF)"' $< -o $@
 
 $(DSOCK): $(CLI_OBJ)
 	@mkdir -p $(dir $@)
@@ -114,9 +135,10 @@ $(BUILD)/fuzz/fuzz_ring: tests/fuzz/fuzz_ring.c $(UNIT_LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(SANFLAGS) -fsanitize=fuzzer -o $@ $< $(UNIT_LIB_OBJ) $(LDFLAGS) -ldl
 
-$(BUILD)/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c src/daemon/server.c $(FUZZ_DAEMON_OBJ)
+$(BUILD)/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c src/daemon/server.c $(FUZZ_DAEMON_OBJ) $(DAEMON_BPF_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(SANFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_DAEMON_OBJ) $(LDFLAGS)
+	$(CC) $(CFLAGS) $(SANFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_DAEMON_OBJ) $(DAEMON_BPF_OBJ) $(LDFLAGS) \
+	    $(DAEMON_LIBS)
 
 check: all
 	tests/run.sh $(BUILD)

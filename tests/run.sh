@@ -6,7 +6,8 @@
 #   on, its connections going back to the kernel mid-stream with epoll
 #   ghosts off, fast path off, bells off; the TCP ones over
 #   the test transport socketpair) and its harness
-#   self-tests; the daemon and CLI; faults and resource exhaustion; a
+#   self-tests; the daemon and CLI; faults and resource exhaustion; the
+#   proof across network namespaces (BPF: veth, DNAT, two tenants); a
 #   connection handed to programs without dsock (exec, SCM_RIGHTS); real
 #   programs under dsock; the integrity soak; the fuzzers (short runs).
 # Usage: tests/run.sh [BUILD_DIR]
@@ -157,6 +158,8 @@ step "conformance harness self-test" harness_selftest
 step "daemon and CLI" daemon_tests
 step "faults: SIGKILL, dsockd restart, hostile peer, namespaces, killed peers" python3 tests/faults/test_faults.py "$BUILD"
 step "resources: EMFILE, mmap failure, memory limit, fork storm" python3 tests/faults/test_resources.py "$BUILD"
+step "proof across namespaces: veth, DNAT, two tenants with identical addresses (BPF, root)" \
+	python3 tests/faults/test_proof.py "$BUILD"
 step "hand-over to programs without dsock: exec, SCM_RIGHTS" python3 tests/faults/test_handover.py "$BUILD"
 step "real programs under dsock" tests/apps/run_apps.sh "$BUILD"
 step "integrity soak: native, dsock, dsock going back to the kernel mid-stream, dsock with 10,000 connections, dsock with client ports reused at once (15 s each); 100,000 connections at once" \

@@ -34,6 +34,8 @@ static const char USAGE[] =
 	"  DSOCK_FASTPATH 0: no shared-memory fast path\n"
 	"  DSOCK_RING_KB  ring size per direction (read by dsockd; default 256)\n"
 	"  DSOCK_SHM_LIMIT_MB  connection memory in all (read by dsockd; default RAM/4)\n"
+	"  DSOCK_BPF_PROOF 1: dsockd (root) proves connections by their handshake,\n"
+	"                 across network namespaces and NAT (BPF; default off)\n"
 	"  DSOCK_LIB      absolute path of libdsock.so (default: ../lib beside dsock)\n"
 	"\n"
 	"Exit status: that of CMD for `run`; 0 on success, 1 on failure, 2 on bad\n"

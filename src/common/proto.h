@@ -76,8 +76,11 @@ enum dsock_path { DSOCK_PATH_KERNEL = 1, DSOCK_PATH_SHM = 2, DSOCK_PATH_SOCKETPA
 
 /* How the daemon proves that two offered sockets are one connection's two
  * ends (daemon/proof.c).  NETNS: both in one network namespace, each
- * one's local address the other's peer address. */
-enum dsock_proof { DSOCK_PROOF_NETNS = 1, DSOCK_PROOF_MAX = 1 };
+ * one's local address the other's peer address.  HANDSHAKE: each one's
+ * handshake carried the nonce the other recorded (daemon/ident.c, BPF):
+ * across namespaces and NAT.  An offer names NETNS; the daemon proves by
+ * HANDSHAKE instead where both ends have complete records. */
+enum dsock_proof { DSOCK_PROOF_NETNS = 1, DSOCK_PROOF_HANDSHAKE = 2, DSOCK_PROOF_MAX = 2 };
 
 /* An offer is for one transport, proven one way; the RESULT names the
  * transport it answers, so the library routes it to the one that asked. */

@@ -7,6 +7,7 @@
  * second instance exit 0 at once, so any number of `dsock run` may try to
  * start it concurrently. */
 #include "daemon/server.h"
+#include "daemon/ident.h"
 #include "daemon/pairing.h"
 #include "daemon/provision.h"
 #include "common/log.h"
@@ -209,7 +210,9 @@ int main(int argc, char **argv)
 		dprintf(lock_fd, "%d %d\n", getpid(), DSOCK_PROTO_VERSION);
 	if (up[1] >= 0)
 		close(up[1]);
+	dd_ident_start();
 	rc = dd_serve(lfd, &cfg);
+	dd_ident_stop();
 	unlink(path);
 	DSOCK_INFO("stopped");
 	return rc;

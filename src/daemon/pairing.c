@@ -5,6 +5,7 @@
 #include "daemon/pairing.h"
 #include "common/hmap.h"
 #include "daemon/proof.h"
+#include "daemon/ident.h"
 #include "daemon/provision.h"
 #include "daemon/registry.h"
 #include "common/log.h"
@@ -200,11 +201,26 @@ static void pair(struct dd_offer *a, struct dd_offer *b)
 		   s[1]->to.proc ? s[1]->to.proc->pid : -1, (unsigned long long)s[1]->sock_id, x->prov->name);
 }
 
+/* Inspects an offered socket by the proof the offer names, or by the
+ * handshake's where the kernel recorded one for this socket (the BPF
+ * programs are attached and both ends opted in): that proof holds across
+ * network namespaces and NAT. */
+static unsigned inspect(struct dd_offer *o, int fd)
+{
+	const struct dd_proof *hs = dd_ident_on() ? dd_proof_get(DSOCK_PROOF_HANDSHAKE) : NULL;
+
+	if (hs && hs->inspect(fd, &o->id) == DSOCK_R_NONE) {
+		o->proof = hs;
+		return DSOCK_R_NONE;
+	}
+	return o->proof->inspect(fd, &o->id);
+}
+
 void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer *m, int fd)
 {
 	struct dd_offer o = { .to = *to, .sock_id = m->sock_id, .role = m->role,
 			      .proof = dd_proof_get(m->proof), .prov = dd_provision_get(m->transport) };
-	unsigned reason = !o.proof || !o.prov ? DSOCK_R_NO_TRANSPORT : o.proof->inspect(fd, &o.id);
+	unsigned reason = !o.proof || !o.prov ? DSOCK_R_NO_TRANSPORT : inspect(&o, fd);
 	struct dd_offer *x, *n;
 
 	if (reason != DSOCK_R_NONE) {
@@ -222,9 +238,11 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 		return;
 	}
 	/* a connect end whose peer is no known dsock listener (a plain server,
-	 * or a listener closed or not yet reported) is held only briefly */
-	o.wait = m->role != DSOCK_OFFER_CONNECT || dd_listener_known(&o.id.peer) ||
-			 dd_socket_known(&o.id.peer, &o.id.local) ? WAIT_LIKELY : WAIT_UNLIKELY;
+	 * or a listener closed or not yet reported) is held only briefly; one
+	 * whose handshake the peer answered has an opted-in peer */
+	o.wait = m->role != DSOCK_OFFER_CONNECT || o.proof->id == DSOCK_PROOF_HANDSHAKE ||
+			 dd_listener_known(&o.id.peer) || dd_socket_known(&o.id.peer, &o.id.local) ?
+		 WAIT_LIKELY : WAIT_UNLIKELY;
 	o.expire_ms = now_ms() + wait_ms[o.wait];
 	n = malloc(sizeof(*n));
 	if (!n || (*n = o, insert(n))) {

@@ -1,4 +1,5 @@
-/* The proof for connections within one network namespace: both ends in
+/* The proofs of identity (proof.h).  First, the proof for connections
+ * within one network namespace: both ends in
  * the same namespace (SO_NETNS_COOKIE), two different sockets, each one's
  * local address the other's peer address, both ESTABLISHED TCP, and both
  * live at one instant.  Within one namespace the kernel holds one socket
@@ -13,6 +14,7 @@
  * addresses, both were live together. */
 #include "daemon/proof.h"
 #include "daemon/diag.h"
+#include "daemon/ident.h"
 #include "common/hmap.h"
 #include "common/reason.h"
 
@@ -85,8 +87,51 @@ static int netns_still(const struct dd_ident *a, int fd)
 	return dd_diag_holds(fd, a->netns, a->cookie, a->ino, &a->local, &a->peer);
 }
 
+/* The proof across namespaces and NAT (ident.h): the socket's record,
+ * read by the fd the offer brought, names the nonce its handshake sent
+ * and the one it received, and the two ends are the sockets whose records
+ * cross.  A record is written by the daemon's BPF programs alone, and its
+ * `sent` is fresh kernel randomness or a keyed hash of the peer's, so no
+ * socket but the real peer can hold the other half.  The socket is first
+ * inspected as for the netns proof (TCP, established, its addresses for
+ * the rules and `dsock stat`).  No `still`: a socket reset and its
+ * addresses reused meanwhile make a new connection with new nonces,
+ * which cannot match the old one's. */
+static uint64_t nonce_key(uint64_t a, uint64_t b)
+{
+	uint64_t k[2] = { a, b };
+
+	return dsock_hash(k, sizeof(k), 0x6873);
+}
+
+static unsigned handshake_inspect(int fd, struct dd_ident *o)
+{
+	const uint32_t complete = DSOCK_IDENT_HANDSHAKE | DSOCK_IDENT_GOT_PEER;
+	struct dsock_ident_rec r;
+	unsigned reason = netns_inspect(fd, o);
+
+	if (reason != DSOCK_R_NONE)
+		return reason;
+	if (dd_ident_read(fd, &r) || r.version != DSOCK_IDENT_VERSION || (r.flags & complete) != complete ||
+	    !r.sent || !r.recv || r.sent == r.recv ||
+	    !(r.flags & DSOCK_IDENT_ACTIVE) == !(r.flags & DSOCK_IDENT_PASSIVE))
+		return DSOCK_R_PEER_PLAIN; /* no complete record: the netns proof's turn */
+	o->sent = r.sent;
+	o->recv = r.recv;
+	o->role = r.flags & (DSOCK_IDENT_ACTIVE | DSOCK_IDENT_PASSIVE);
+	o->key = nonce_key(r.sent, r.recv);
+	o->mate_key = nonce_key(r.recv, r.sent);
+	return DSOCK_R_NONE;
+}
+
+static int handshake_proves(const struct dd_ident *a, const struct dd_ident *b)
+{
+	return a->sent == b->recv && a->recv == b->sent && a->role != b->role && a->cookie != b->cookie;
+}
+
 static const struct dd_proof proofs[] = {
 	{ DSOCK_PROOF_NETNS, "netns", netns_inspect, netns_proves, netns_still },
+	{ DSOCK_PROOF_HANDSHAKE, "handshake", handshake_inspect, handshake_proves, NULL },
 };
 
 const struct dd_proof *dd_proof_get(unsigned id)

@@ -18,6 +18,8 @@ struct dd_ident {
 	uint64_t cookie; /* SO_COOKIE: never reused, unlike an inode number */
 	ino_t ino;
 	struct dsock_addr local, peer;
+	uint64_t sent, recv; /* HANDSHAKE: the nonces of this end's record */
+	uint32_t role;       /* HANDSHAKE: DSOCK_IDENT_ACTIVE or _PASSIVE */
 	uint64_t key;      /* this end's key */
 	uint64_t mate_key; /* the key the other end's offer has */
 };

@@ -132,12 +132,18 @@ int dsock_sock_bind(int fd, const struct sockaddr *a, socklen_t len)
 
 int dsock_sock_listen(int fd, int backlog)
 {
-	int r = dsock_real.listen(fd, backlog);
-	struct dsock_sock *s;
+	struct dsock_sock *s = dsock_fdt_get(fd);
+	int r;
 
-	if (r < 0)
-		return -errno;
-	s = dsock_fdt_get(fd);
+	if (s && is_inet(s) && s->type == SOCK_STREAM && s->state != DSOCK_ST_LISTENING)
+		dsock_optin_listener(fd);
+	r = dsock_real.listen(fd, backlog);
+	if (r < 0) {
+		r = -errno;
+		if (s)
+			dsock_sock_put(s);
+		return r;
+	}
 	if (s) {
 		int was = s->state == DSOCK_ST_LISTENING;
 		s->state = DSOCK_ST_LISTENING;
@@ -162,6 +168,14 @@ int dsock_sock_connect(int fd, const struct sockaddr *a, socklen_t len)
 		dsock_sock_put(s);
 		if (r != 1)
 			return r;
+	}
+	if (a && len >= sizeof(struct sockaddr_in) && (a->sa_family == AF_INET || a->sa_family == AF_INET6) &&
+	    (s = dsock_fdt_get(fd))) {
+		if (s->type == SOCK_STREAM && s->state < DSOCK_ST_CONNECTING &&
+		    (a->sa_family == AF_INET || len >= sizeof(struct sockaddr_in6)) &&
+		    !(atomic_load(&s->flags) & DSOCK_SF_LISTENED))
+			dsock_optin(fd, a);
+		dsock_sock_put(s);
 	}
 	r = dsock_real.connect(fd, a, len);
 	err = r < 0 ? errno : 0;

@@ -133,6 +133,11 @@ int dsock_sock_socket(int domain, int type, int protocol);
 int dsock_sock_socketpair(int domain, int type, int protocol, int sv[2]);
 int dsock_sock_bind(int fd, const struct sockaddr *a, socklen_t len);
 int dsock_sock_listen(int fd, int backlog);
+/* Marks an inet stream socket for the kernel-recorded proof before it
+ * connects to a (optin.c): not for loopback. */
+void dsock_optin(int fd, const struct sockaddr *a);
+/* The same before a listen, by the address it is bound to. */
+void dsock_optin_listener(int fd);
 int dsock_sock_connect(int fd, const struct sockaddr *a, socklen_t len);
 int dsock_sock_accept4(int fd, struct sockaddr *a, socklen_t *len, int flags, int is_accept4);
 int dsock_sock_close(int fd);

@@ -1,0 +1,21 @@
+/* The kernel-recorded proof of identity, the daemon's side: it loads the
+ * BPF programs of daemon/bpf/ident.bpf.c at the cgroup-v2 root and reads
+ * a socket's record by the socket fd an offer brought (docs/ARCHITECTURE.md,
+ * "Proof across namespaces"). */
+#ifndef DSOCKD_IDENT_H
+#define DSOCKD_IDENT_H
+
+#include "common/ident.h"
+
+/* Loads and attaches the programs when DSOCK_BPF_PROOF=1 (root, or
+ * CAP_BPF + CAP_NET_ADMIN).  0, or -errno (then the proof is off and
+ * pairing keeps to one network namespace); logged either way. */
+int dd_ident_start(void);
+/* 1 while the programs are attached by this daemon. */
+int dd_ident_on(void);
+/* The record of socket fd: 0, -ENOENT (none), -ENOSYS (the proof is off). */
+int dd_ident_read(int fd, struct dsock_ident_rec *out);
+/* Detaches (the links go with this process too). */
+void dd_ident_stop(void);
+
+#endif
