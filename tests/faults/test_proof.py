@@ -16,7 +16,10 @@ and removes:
   4. a plain server (not under dsock): the client stays on the kernel
      (its record half filled: no answer came);
   5. loopback in one namespace: not marked (no record), paired by the
-     addresses as before.
+     addresses as before;
+  6. as 1, each end also in mount and PID namespaces of its own (as in a
+     container; the daemon's socket reached by its path): paired, the
+     daemon seeing both by their pids on the host.
 
 Each check prints ok/FAIL; exit 0 on pass; last line 'proof: N passed, N failed'.
 Skips (exit 0) when not root, or when the daemon cannot load its programs."""
@@ -92,8 +95,10 @@ def sh(cmd):
     return subprocess.run(cmd, shell=True, capture_output=True, text=True)
 
 
-def start(ns, code, *args, plain=False):
+def start(ns, code, *args, plain=False, container=False):
     pre = ["ip", "netns", "exec", ns] if ns else []
+    if container:  # its own mount and PID namespaces too (it is pid 1 there)
+        pre += ["unshare", "--mount", "--pid", "--fork", "--mount-proc"]
     run = [] if plain else [DSOCK, "run", "--"]
     p = subprocess.Popen(pre + run + [PY, "-c", code, *map(str, args)], env=ENV, stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -101,19 +106,22 @@ def start(ns, code, *args, plain=False):
     return p
 
 
-def paths(pid):
+def paths(who):
+    """The connected sockets of process `who` (its pid as the daemon sees
+    it), or with `who` (a string) in their line."""
     r = subprocess.run([DSOCK, "stat", "--raw"], env=ENV, capture_output=True, text=True, timeout=20)
-    return [l for l in r.stdout.splitlines() if l.startswith("sock pid=%d " % pid) and "state=connected" in l]
+    mine = (lambda l: l.startswith("sock pid=%d " % who)) if isinstance(who, int) else (lambda l: who in l)
+    return [l for l in r.stdout.splitlines() if l.startswith("sock ") and mine(l) and "state=connected" in l]
 
 
-def wait_path(pid, path, secs=5):
+def wait_path(who, path, secs=5, n=1):
     end = time.time() + secs
     while time.time() < end:
-        rows = paths(pid)
-        if rows and all("path=" + path in l for l in rows):
+        rows = paths(who)
+        if len(rows) >= n and all("path=" + path in l for l in rows):
             return rows
         time.sleep(0.1)
-    return paths(pid) or ["(no connected socket)"]
+    return paths(who) or ["(no connected socket)"]
 
 
 def exchange(name, srv_ns, cli_ns, srv_addr, dial, port, tag, sport=0, plain_server=False, want="shm", dport=0):
@@ -228,6 +236,14 @@ def main():
         # 5. loopback in one namespace
         s, c = exchange("5. loopback", "dsockP1", "dsockP1", "127.0.0.1", "127.0.0.1", 9003, "L")
         end(s, c)
+        # 6. container-like: network, mount and PID namespaces of their own
+        srv = start("dsockP2", SERVER, "10.198.0.2", 9004, "C", container=True)
+        cli = start("dsockP1", CLIENT, "10.198.0.2", 9004, "C", 0, container=True) if line(srv) == "ready" else None
+        out = line(cli).split() if cli else []
+        check("6. in PID and mount namespaces: every byte echoed, the record complete", out == ["ok", "complete"], out)
+        rows = wait_path(":9004 ", "shm", n=2)
+        check("6. ... both ends on shm", len(rows) == 2 and all("path=shm" in l for l in rows), rows)
+        end(cli, srv)
     finally:
         end(*procs)
         cleanup()
