@@ -5,7 +5,6 @@
 #include "daemon/pairing.h"
 #include "common/hmap.h"
 #include "daemon/proof.h"
-#include "daemon/ident.h"
 #include "daemon/provision.h"
 #include "daemon/registry.h"
 #include "common/log.h"
@@ -201,28 +200,15 @@ static void pair(struct dd_offer *a, struct dd_offer *b)
 		   s[1]->to.proc ? s[1]->to.proc->pid : -1, (unsigned long long)s[1]->sock_id, x->prov->name);
 }
 
-/* Inspects an offered socket by the proof the offer names, or by the
- * handshake's where the kernel recorded one for this socket (the BPF
- * programs are attached and both ends opted in): that proof holds across
- * network namespaces and NAT. */
-static unsigned inspect(struct dd_offer *o, int fd)
-{
-	const struct dd_proof *hs = dd_ident_on() ? dd_proof_get(DSOCK_PROOF_HANDSHAKE) : NULL;
-
-	if (hs && hs->inspect(fd, &o->id) == DSOCK_R_NONE) {
-		o->proof = hs;
-		return DSOCK_R_NONE;
-	}
-	return o->proof->inspect(fd, &o->id);
-}
-
 void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer *m, int fd)
 {
 	struct dd_offer o = { .to = *to, .sock_id = m->sock_id, .role = m->role,
 			      .proof = dd_proof_get(m->proof), .prov = dd_provision_get(m->transport) };
-	unsigned reason = !o.proof || !o.prov ? DSOCK_R_NO_TRANSPORT : inspect(&o, fd);
+	unsigned reason = DSOCK_R_NO_TRANSPORT;
 	struct dd_offer *x, *n;
 
+	if (o.proof && o.prov)
+		o.proof = dd_proof_inspect(o.proof, fd, &o.id, &reason);
 	if (reason != DSOCK_R_NONE) {
 		close(fd);
 		answer_kernel(to, m->sock_id, m->transport, reason);

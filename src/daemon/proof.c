@@ -104,24 +104,32 @@ static uint64_t nonce_key(uint64_t a, uint64_t b)
 	return dsock_hash(k, sizeof(k), 0x6873);
 }
 
-static unsigned handshake_inspect(int fd, struct dd_ident *o)
+/* Adds the socket's record to what netns_inspect read: 0, or -1 where
+ * it has no complete record. */
+static int handshake_record(int fd, struct dd_ident *o)
 {
 	const uint32_t complete = DSOCK_IDENT_HANDSHAKE | DSOCK_IDENT_GOT_PEER;
 	struct dsock_ident_rec r;
-	unsigned reason = netns_inspect(fd, o);
 
-	if (reason != DSOCK_R_NONE)
-		return reason;
 	if (dd_ident_read(fd, &r) || r.version != DSOCK_IDENT_VERSION || (r.flags & complete) != complete ||
 	    !r.sent || !r.recv || r.sent == r.recv ||
 	    !(r.flags & DSOCK_IDENT_ACTIVE) == !(r.flags & DSOCK_IDENT_PASSIVE))
-		return DSOCK_R_PEER_PLAIN; /* no complete record: the netns proof's turn */
+		return -1;
 	o->sent = r.sent;
 	o->recv = r.recv;
 	o->role = r.flags & (DSOCK_IDENT_ACTIVE | DSOCK_IDENT_PASSIVE);
 	o->key = nonce_key(r.sent, r.recv);
 	o->mate_key = nonce_key(r.recv, r.sent);
-	return DSOCK_R_NONE;
+	return 0;
+}
+
+static unsigned handshake_inspect(int fd, struct dd_ident *o)
+{
+	unsigned reason = netns_inspect(fd, o);
+
+	if (reason == DSOCK_R_NONE && handshake_record(fd, o))
+		reason = DSOCK_R_PEER_PLAIN;
+	return reason;
 }
 
 static int handshake_proves(const struct dd_ident *a, const struct dd_ident *b)
@@ -133,6 +141,15 @@ static const struct dd_proof proofs[] = {
 	{ DSOCK_PROOF_NETNS, "netns", netns_inspect, netns_proves, netns_still },
 	{ DSOCK_PROOF_HANDSHAKE, "handshake", handshake_inspect, handshake_proves, NULL },
 };
+
+const struct dd_proof *dd_proof_inspect(const struct dd_proof *named, int fd, struct dd_ident *id,
+				       unsigned *reason)
+{
+	*reason = named->inspect(fd, id);
+	if (*reason == DSOCK_R_NONE && named->id == DSOCK_PROOF_NETNS && !handshake_record(fd, id))
+		return dd_proof_get(DSOCK_PROOF_HANDSHAKE);
+	return named;
+}
 
 const struct dd_proof *dd_proof_get(unsigned id)
 {

@@ -42,6 +42,12 @@ struct dd_proof {
 
 /* The proof of that id, or NULL. */
 const struct dd_proof *dd_proof_get(unsigned id);
+/* Inspects fd by the proof an offer names (*reason: DSOCK_R_NONE or why
+ * it cannot be paired) and says which proof pairs it: the named one, or
+ * HANDSHAKE where the kernel recorded this socket's handshake (ident.h;
+ * that proof holds across network namespaces and NAT). */
+const struct dd_proof *dd_proof_inspect(const struct dd_proof *named, int fd, struct dd_ident *id,
+				       unsigned *reason);
 
 /* Socket addresses in the daemon's one form (IPv4 v4-mapped). */
 int dd_addr_same(const struct dsock_addr *a, const struct dsock_addr *b);

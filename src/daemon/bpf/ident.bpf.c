@@ -135,13 +135,10 @@ static __always_inline void write_flag(struct bpf_sock_ops *skops, int on)
 
 static __always_inline int on_connect(struct bpf_sock_ops *skops)
 {
-	struct bpf_sock *sk = skops->sk;
+	struct bpf_sock *sk;
 	struct dsock_ident_rec *r;
 
-	if (!sk || !bpf_sk_storage_get(&dsock_optin, sk, 0, 0))
-		return 1;
-	sk = skops->sk;
-	if (!sk)
+	if (!marked(skops) || !(sk = skops->sk)) /* (loaded again: the verifier wants it checked at its use) */
 		return 1;
 	r = bpf_sk_storage_get(&dsock_ident, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!r)
@@ -237,11 +234,11 @@ static __always_inline int on_active(struct bpf_sock_ops *skops)
 static __always_inline int on_passive(struct bpf_sock_ops *skops)
 {
 	struct tcp_head *th = (void *)(long)skops->skb_data;
-	struct bpf_sock *sk = skops->sk;
+	struct bpf_sock *sk;
 	struct dsock_ident_rec *r;
 	__u64 nc, ns;
 
-	if (!sk || !bpf_sk_storage_get(&dsock_optin, sk, 0, 0))
+	if (!marked(skops))
 		return 1;
 	write_flag(skops, 0); /* (inherited from the listener) */
 	nc = load_nonce(skops, BPF_LOAD_HDR_OPT_TCP_SYN);

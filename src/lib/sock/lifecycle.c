@@ -169,31 +169,28 @@ int dsock_sock_connect(int fd, const struct sockaddr *a, socklen_t len)
 		if (r != 1)
 			return r;
 	}
-	if (a && len >= sizeof(struct sockaddr_in) && (a->sa_family == AF_INET || a->sa_family == AF_INET6) &&
-	    (s = dsock_fdt_get(fd))) {
-		if (s->type == SOCK_STREAM && s->state < DSOCK_ST_CONNECTING &&
-		    (a->sa_family == AF_INET || len >= sizeof(struct sockaddr_in6)) &&
-		    !(atomic_load(&s->flags) & DSOCK_SF_LISTENED))
-			dsock_optin(fd, a);
-		dsock_sock_put(s);
-	}
+	s = dsock_fdt_get(fd);
+	/* the peer is the address given (a stream socket's: a datagram
+	 * socket's may be AF_UNSPEC and is asked of the kernel) */
+	int given = s && s->type == SOCK_STREAM && a &&
+		    ((a->sa_family == AF_INET && len >= sizeof(struct sockaddr_in) && s->domain == AF_INET) ||
+		     (a->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6) && s->domain == AF_INET6));
+	/* a listener that connects (after connect(AF_UNSPEC)) stays on the
+	 * kernel (DSOCK_SF_LISTENED) */
+	if (given && s->state < DSOCK_ST_CONNECTING && !(atomic_load(&s->flags) & DSOCK_SF_LISTENED))
+		dsock_optin(fd, a);
 	r = dsock_real.connect(fd, a, len);
 	err = r < 0 ? errno : 0;
 
-	if (r < 0 && err != EINPROGRESS)
+	if (r < 0 && err != EINPROGRESS) {
+		if (s)
+			dsock_sock_put(s);
 		return -err;
-	s = dsock_fdt_get(fd);
+	}
 	if (s) {
 		/* a datagram socket may connect often (resolvers): report once */
 		int again = s->type != SOCK_STREAM && s->ev;
 		s->state = r == 0 ? DSOCK_ST_CONNECTED : DSOCK_ST_CONNECTING;
-		/* the peer is the address given (a stream socket's: a datagram
-		 * socket's may be AF_UNSPEC and is asked of the kernel) */
-		int given = s->type == SOCK_STREAM && a &&
-			    ((a->sa_family == AF_INET && len >= sizeof(struct sockaddr_in) && s->domain == AF_INET) ||
-			     (a->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6) && s->domain == AF_INET6));
-		/* a listener that connects (after connect(AF_UNSPEC)) stays on
-		 * the kernel (DSOCK_SF_LISTENED) */
 		if (!again && !(atomic_load(&s->flags) & DSOCK_SF_LISTENED))
 			settle(s, fd, DSOCK_ROLE_CONNECT, given ? a : NULL);
 		dsock_sock_put(s);
