@@ -5,7 +5,8 @@
 #   conformance suite (every scenario natively and under dsock: fast path
 #   on, its connections going back to the kernel mid-stream with epoll
 #   ghosts off, fast path off, bells off; the TCP ones over
-#   the test transport socketpair) and its harness
+#   the test transport socketpair; the TCP ones with client and server in
+#   two network namespaces, over a bridge and through DNAT) and its harness
 #   self-tests; the daemon and CLI; faults and resource exhaustion; the
 #   proof across network namespaces (BPF: veth, DNAT, two tenants); a
 #   connection handed to programs without dsock (exec, SCM_RIGHTS); real
@@ -154,6 +155,8 @@ step "conformance (native vs dsock, back to the kernel mid-stream, epoll ghosts 
 step "conformance (native vs dsock, fast path off)" conformance_kernel
 step "conformance (native vs dsock, bells off)" conformance_ghosts
 step "conformance over the test transport socketpair (TCP scenarios)" conformance_socketpair
+step "conformance across network namespaces: over a bridge, through DNAT (BPF proof, root)" \
+	tests/conformance/across_ns.sh "$BUILD"
 step "conformance harness self-test" harness_selftest
 step "daemon and CLI" daemon_tests
 step "faults: SIGKILL, dsockd restart, hostile peer, namespaces, killed peers" python3 tests/faults/test_faults.py "$BUILD"

@@ -1,8 +1,10 @@
 #include "conf.h"
 
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,16 +110,75 @@ static void fam_any_addr(const struct fam *f, struct sockaddr_storage *a, sockle
 	}
 }
 
+/* Across namespaces (tests/conformance/across_ns.sh): with CONF_SERVER_NETNS
+ * set (a namespace's path, /run/netns/NAME), fam_server makes its inet
+ * sockets in that network namespace, bound to CONF_SERVER_ADDR4 or
+ * CONF_SERVER_ADDR6, and gives back CONF_DIAL4 or CONF_DIAL6 (an address
+ * DNAT rewrites to the bound one, port unchanged) where set, else the bound
+ * address.  Stream sockets only; every other socket stays in the
+ * scenario's own namespace. */
+static const char *server_ns(const struct fam *f)
+{
+	return f->domain != AF_UNIX && f->type == SOCK_STREAM ? getenv("CONF_SERVER_NETNS") : NULL;
+}
+
+static const char *server_env(const struct fam *f, const char *v4, const char *v6)
+{
+	return server_ns(f) ? getenv(f->domain == AF_INET ? v4 : v6) : NULL;
+}
+
+static int set_addr(const struct fam *f, const char *text, struct sockaddr_storage *a)
+{
+	void *at = f->domain == AF_INET ? (void *)&((struct sockaddr_in *)a)->sin_addr
+					: (void *)&((struct sockaddr_in6 *)a)->sin6_addr;
+	return inet_pton(f->domain, text, at) == 1 ? 0 : -1;
+}
+
+/* A socket of the family made in the server's namespace; fam_socket's
+ * where none is set. */
+static int server_socket(const struct fam *f)
+{
+	const char *ns = server_ns(f);
+	int self, there, fd;
+
+	if (!ns)
+		return fam_socket(f, 0);
+	self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	there = open(ns, O_RDONLY | O_CLOEXEC);
+	if (self < 0 || there < 0 || setns(there, CLONE_NEWNET) < 0) {
+		out("server namespace %s: %s", ns, ename(errno));
+		exit(3);
+	}
+	fd = socket(f->domain, f->type, 0);
+	if (setns(self, CLONE_NEWNET) < 0 || fd < 0) {
+		out("server socket: %s", ename(errno));
+		exit(3);
+	}
+	close(self);
+	close(there);
+	return fd;
+}
+
 int fam_server(const struct fam *f, struct sockaddr_storage *addr, socklen_t *len)
 {
-	int fd = fam_socket(f, 0), one = 1;
+	int fd = server_socket(f), one = 1;
+	const char *bind_to = server_env(f, "CONF_SERVER_ADDR4", "CONF_SERVER_ADDR6");
+	const char *dial = server_env(f, "CONF_DIAL4", "CONF_DIAL6");
 
 	fam_any_addr(f, addr, len);
+	if (bind_to && set_addr(f, bind_to, addr) < 0) {
+		out("bad server address %s", bind_to);
+		exit(3);
+	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(fd, (struct sockaddr *)addr, *len) < 0 ||
 	    (is_stream(f) && listen(fd, 64) < 0) ||
 	    getsockname(fd, (struct sockaddr *)addr, len) < 0) {
 		out("server set-up failed: %s", ename(errno));
+		exit(3);
+	}
+	if (dial && set_addr(f, dial, addr) < 0) {
+		out("bad dial address %s", dial);
 		exit(3);
 	}
 	return fd;
