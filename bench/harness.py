@@ -76,27 +76,31 @@ def port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
 
 
-def wrap(mode, pin=None):
-    return (["taskset", "-c", pin] if pin else []) + ([DSOCK, "run", "--"] if mode == "dsock" else [])
+def wrap(mode, pin=None, pre=()):
+    """The command prefix: pre (a namespace's `ip netns exec NS`, from a
+    Place), taskset when pinned, `dsock run --` under dsock."""
+    return list(pre) + (["taskset", "-c", pin] if pin else []) + ([DSOCK, "run", "--"] if mode == "dsock" else [])
 
 
-def run(cmd, mode, pin=None):
-    return subprocess.run(wrap(mode, pin) + cmd, env=ENV, capture_output=True, text=True, timeout=600)
+def run(cmd, mode, pin=None, pre=()):
+    return subprocess.run(wrap(mode, pin, pre) + cmd, env=ENV, capture_output=True, text=True, timeout=600)
 
 
-def run_cpu(cmd, mode, pin=None):
+def run_cpu(cmd, mode, pin=None, pre=()):
     """stdout and the CPU seconds (user + system) the command used."""
-    p = subprocess.Popen(wrap(mode, pin) + cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    p = subprocess.Popen(wrap(mode, pin, pre) + cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True)
     out = p.stdout.read()
     _, _, ru = os.wait4(p.pid, 0)
     p.returncode = 0
     return out, ru.ru_utime + ru.ru_stime
 
 
-def start(cmd, mode, pin=None, port=None):
-    p = subprocess.Popen(wrap(mode, pin) + cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start(cmd, mode, pin=None, port=None, pre=()):
+    p = subprocess.Popen(wrap(mode, pin, pre) + cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(100):  # until it listens (without connecting: iperf3 -1 serves one client)
-        if port and subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True).stdout.strip():
+        if port and subprocess.run(list(pre) + ["ss", "-ltnH", f"sport = :{port}"], capture_output=True,
+                                   text=True).stdout.strip():
             break
         time.sleep(0.05)
     time.sleep(0.1)

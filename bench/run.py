@@ -15,6 +15,8 @@ PNG plots into --plots, and prints the markdown table that bench/RESULTS.md
 holds.  Not a test: nothing here passes or fails."""
 import json, os, shutil, subprocess, sys, time
 
+import places
+
 from harness import (FULL, S, REPS, SIZES, UDP_SIZES, CONNS, ONE, PAIRS, DSOCK, ENV, TMP, args, measure, results,
                      run, scale_pairs)
 from workloads import (PGBIN, conn_one, conn_rate, conn_req, conn_scale, download, haproxy_nginx, idle_cpu, iperf,
@@ -91,6 +93,36 @@ for n in ([1, 2, 4] if FULL else [2]):
     measure(f"NF pipeline, 64 B packets through {n} forwarder{'s' if n > 1 else ''} (bench/nfchain.c)", nf_chain, n,
             metrics=[("", "packets/s", "higher", 0)])
 measure("CPU of a process holding 1,000 idle connections", idle_cpu, metrics=[("", "% of a core", "lower", 0)])
+# across network namespaces (bench/places.py), last: the daemon is
+# restarted with the kernel-recorded proof (root), the only proof that
+# pairs connections across namespaces; the kernel's figures are taken in
+# the same namespaces, over the same bridge, with the programs attached
+ACROSS = [
+    ("sockperf TCP ping-pong 14 B, client and server in two namespaces (bridge),", sockperf_pp, (14, None, "--tcp"), "b", PP),
+    ("sockperf TCP ping-pong 14 B, through DNAT,", sockperf_pp, (14, None, "--tcp"), "d", PP),
+    ("sockperf TCP throughput 14 B, two namespaces (bridge)", sockperf_tp, (14, "--tcp"), "b", TP),
+    ("redis-benchmark GET, 50 clients, two namespaces (bridge)", redis, ("get", 50), "b", RD),
+    ("nginx 100 B file, wrk 32 connections, two namespaces (bridge)", nginx, ("s.txt", 32), "b", RD),
+    ("nginx 100 B file, wrk 32 connections, through DNAT", nginx, ("s.txt", 32), "d", RD),
+    ("web service, wrk 32 connections, each process in a namespace of its own (bridge)", web_service,
+     (32, (None, None)), "b", RD),
+]
+if any(wanted(a[0]) for a in ACROSS):
+    if os.geteuid() != 0 or not shutil.which("nft"):
+        print("across namespaces: skipped (needs root and nft)", file=sys.stderr)
+    else:
+        try:
+            at = dict(zip("bd", places.build()))
+            why = places.proving_daemon()
+            if why:
+                print(f"across namespaces: skipped (the daemon did not attach its programs: {why})", file=sys.stderr)
+            else:
+                for name, fn, a, where, metrics in ACROSS:
+                    measure(name, fn, *a, at[where],
+                            raw=(lambda: (*raw("pingpong", 14), None)) if fn is sockperf_pp else None, metrics=metrics)
+        finally:
+            places.stop_daemon()
+            places.teardown()
 subprocess.run([DSOCK, "stop"], env=ENV, capture_output=True)
 elapsed = time.time() - t_start
 

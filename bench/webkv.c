@@ -3,7 +3,9 @@
  * that answers every request with the value of one key, fetched from redis
  * over a persistent connection.  Plain sockets and poll, one thread.
  *
- *   webkv PORT REDIS_PORT KEY
+ *   webkv PORT REDIS_PORT KEY [ADDR REDIS_ADDR]
+ *
+ * ADDR (where it listens) and REDIS_ADDR default to 127.0.0.1.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -18,13 +20,12 @@
 
 #define MAXC 256
 
-static int connect_port(int port)
+static int connect_port(const char *addr, int port)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
 
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+	if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1 || fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		return -1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	return fd;
@@ -71,15 +72,17 @@ int main(int argc, char **argv)
 	size_t inl[MAXC + 1] = { 0 };
 	int np = 1, l, r, one = 1;
 
-	if (argc != 4)
+	if (argc != 4 && argc != 6)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
 	sa.sin_port = htons((uint16_t)atoi(argv[1]));
+	if (argc == 6 && inet_pton(AF_INET, argv[4], &sa.sin_addr) != 1)
+		return 2;
 	l = socket(AF_INET, SOCK_STREAM, 0);
 	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(l, 64) < 0)
 		return perror("webkv listen"), 1;
-	if ((r = connect_port(atoi(argv[2]))) < 0)
+	if ((r = connect_port(argc == 6 ? argv[5] : "127.0.0.1", atoi(argv[2]))) < 0)
 		return perror("webkv redis"), 1;
 	p[0] = (struct pollfd){ .fd = l, .events = POLLIN };
 	for (;;) {

@@ -4,25 +4,26 @@ each is fn(mode, ...) -> a figure or a tuple of figures, mode "native" or
 import json, os, re, shutil, subprocess, time
 
 from harness import (ENV, HERE, PY, S, TMP, port, run, run_cpu, start, stop, wrap, scale_pairs)
+from places import LOOP
 
 # ---- the programs measured ---------------------------------------------------
-def sockperf_pp(mode, size=14, pin=None, proto="--tcp"):
+def sockperf_pp(mode, size=14, pin=None, proto="--tcp", at=LOOP):
     p = port()
     pr = [proto] if proto else []  # UDP is sockperf's default: no flag
-    srv = start(["sockperf", "server", *pr, "-i", "127.0.0.1", "-p", str(p)], mode, pin)
-    out = run(["sockperf", "ping-pong", *pr, "--mps", "5000000", "-i", "127.0.0.1", "-p", str(p), "-m", str(size),
-               "-t", str(S)], mode, pin).stdout
+    srv = start(["sockperf", "server", *pr, "-i", at.addr("server"), "-p", str(p)], mode, pin, pre=at.pre("server"))
+    out = run(["sockperf", "ping-pong", *pr, "--mps", "5000000", "-i", at.dial("server"), "-p", str(p), "-m",
+               str(size), "-t", str(S)], mode, pin, pre=at.pre("client")).stdout
     stop(srv)
     g = lambda pct: float(re.search(r"percentile %s =\s+([\d.]+)" % pct, out).group(1))
     return g("50.000"), g("99.000"), g("99.900")
 
 
-def sockperf_tp(mode, size=14, proto="--tcp"):
+def sockperf_tp(mode, size=14, proto="--tcp", at=LOOP):
     p = port()
     pr = [proto] if proto else []
-    srv = start(["sockperf", "server", *pr, "-i", "127.0.0.1", "-p", str(p)], mode)
-    out, ccpu = run_cpu(["sockperf", "throughput", *pr, "-i", "127.0.0.1", "-p", str(p), "-m", str(size),
-                         "-t", str(S)], mode)
+    srv = start(["sockperf", "server", *pr, "-i", at.addr("server"), "-p", str(p)], mode, pre=at.pre("server"))
+    out, ccpu = run_cpu(["sockperf", "throughput", *pr, "-i", at.dial("server"), "-p", str(p), "-m", str(size),
+                         "-t", str(S)], mode, pre=at.pre("client"))
     scpu = stop(srv)
     rate = int(re.search(r"Message Rate is (\d+)", out).group(1))
     # UDP: what the server received is what counts; sockperf reports the sent rate
@@ -52,18 +53,19 @@ def iperf(mode, streams=1):
     return round(json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9, 2)
 
 
-def redis_server(mode, p, pin=None):
-    return start(["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                 mode, pin, port=p)
+def redis_server(mode, p, pin=None, at=LOOP):
+    return start(["redis-server", "--port", str(p), "--bind", at.addr("db"), "--save", "", "--appendonly", "no",
+                  "--protected-mode", "no"], mode, pin, port=p, pre=at.pre("db"))
 
 
-def redis(mode, test="get", clients=1):
+def redis(mode, test="get", clients=1, at=LOOP):
     p = port()
-    srv = redis_server(mode, p)
+    srv = redis_server(mode, p, at=at)
     # (at least 250 requests per client: with 1,000 clients the connects
     # are not all the run measures)
     n = max(25000 * S, 250 * clients)
-    out = run(["redis-benchmark", "-p", str(p), "-t", test, "-c", str(clients), "-n", str(n), "-q"], mode).stdout
+    out = run(["redis-benchmark", "-h", at.dial("db"), "-p", str(p), "-t", test, "-c", str(clients), "-n", str(n),
+               "-q"], mode, pre=at.pre("client")).stdout
     stop(srv)
     m = re.search(r"%s: ([\d.]+) requests per second, p50=([\d.]+) msec" % test.upper(), out.replace("\r", "\n"))
     return float(m.group(2)) * 1000, float(m.group(1))
@@ -135,7 +137,7 @@ def pgbench(mode, clients):
             float(re.search(r"tps = ([\d.]+)", out).group(1)))
 
 
-def nginx_conf(d, p, upstream=None):
+def nginx_conf(d, p, addr="127.0.0.1"):
     os.makedirs(d + "/www", mode=0o755, exist_ok=True)
     open(d + "/www/s.txt", "w").write("x" * 100)
     with open(d + "/www/big.bin", "wb") as f:
@@ -143,11 +145,12 @@ def nginx_conf(d, p, upstream=None):
     open(d + "/nginx.conf", "w").write(f"""worker_processes 1; pid {d}/nginx.pid; error_log {d}/e.log;
 worker_rlimit_nofile 8192; events {{ worker_connections 4096; }} http {{ access_log off; sendfile on; client_body_temp_path {d}; proxy_temp_path {d};
 fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};
-server {{ listen 127.0.0.1:{p} backlog=4096; root {d}/www; }} }}""")
+server {{ listen {addr}:{p} backlog=4096; root {d}/www; }} }}""")
 
 
-def wrk(mode, url, conns):
-    out = run(["wrk", "-t", "1" if conns == 1 else "2", "-c", str(conns), "-d", f"{S}s", "--latency", url], mode).stdout
+def wrk(mode, url, conns, at=LOOP):
+    out = run(["wrk", "-t", "1" if conns == 1 else "2", "-c", str(conns), "-d", f"{S}s", "--latency", url], mode,
+              pre=at.pre("client")).stdout
     if "Non-2xx" in out or "Socket errors" in out:
         raise RuntimeError("wrk: " + " ".join(l.strip() for l in out.splitlines() if "Non-2xx" in l or "errors" in l))
     lat = re.search(r"50%\s+([\d.]+)(us|ms|s)\b", out)
@@ -155,13 +158,13 @@ def wrk(mode, url, conns):
     return p50, float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
 
 
-def nginx(mode, path="s.txt", conns=1):
+def nginx(mode, path="s.txt", conns=1, at=LOOP):
     p = port(); d = os.path.join(TMP, f"ng-{mode}-{p}")
-    nginx_conf(d, p)
-    run(["nginx", "-c", d + "/nginx.conf", "-p", d], mode)
+    nginx_conf(d, p, at.addr("server"))
+    run(["nginx", "-c", d + "/nginx.conf", "-p", d], mode, pre=at.pre("server"))
     time.sleep(0.4)
     try:
-        return wrk(mode, f"http://127.0.0.1:{p}/{path}", conns)
+        return wrk(mode, f"http://{at.dial('server')}:{p}/{path}", conns, at)
     finally:
         subprocess.run(["kill", open(d + "/nginx.pid").read().strip()])
 
@@ -194,7 +197,7 @@ def download(mode, mib=64):
     return sorted(rates)[1]
 
 
-def haproxy_front(mode, d, h, p):
+def haproxy_front(mode, d, h, p, at=LOOP):
     """haproxy on port h in front of the HTTP server on port p (config in d)."""
     open(d + "/haproxy.cfg", "w").write(f"""defaults
   mode http
@@ -202,22 +205,22 @@ def haproxy_front(mode, d, h, p):
   timeout client 30s
   timeout server 30s
 frontend f
-  bind 127.0.0.1:{h}
+  bind {at.addr("front")}:{h}
   default_backend b
 backend b
   http-reuse always
-  server n 127.0.0.1:{p}
+  server n {at.dial("server")}:{p}
 """)
-    return start(["haproxy", "-f", d + "/haproxy.cfg"], mode, port=h)
+    return start(["haproxy", "-f", d + "/haproxy.cfg"], mode, port=h, pre=at.pre("front"))
 
 
-def wrk_via_haproxy(mode, d, h, p, path, conns):
+def wrk_via_haproxy(mode, d, h, p, path, conns, at=LOOP):
     """nginx as configured in d (listening on p) behind haproxy on h: wrk
     on path, then both stopped."""
-    run(["nginx", "-c", d + "/nginx.conf", "-p", d], mode)
-    hp = haproxy_front(mode, d, h, p)
+    run(["nginx", "-c", d + "/nginx.conf", "-p", d], mode, pre=at.pre("server"))
+    hp = haproxy_front(mode, d, h, p, at)
     try:
-        return wrk(mode, f"http://127.0.0.1:{h}/{path}", conns)
+        return wrk(mode, f"http://{at.dial('front')}:{h}/{path}", conns, at)
     finally:
         stop(hp)
         subprocess.run(["kill", open(d + "/nginx.pid").read().strip()])
@@ -242,7 +245,7 @@ def nf_chain(mode, n):
     return float(run([tool("nfchain"), str(n), str(S)], mode).stdout.split()[0])
 
 
-def web_service(mode, conns=1, pins=(None, None)):
+def web_service(mode, conns=1, pins=(None, None), at=LOOP):
     """wrk -> haproxy -> nginx -> webkv (bench/webkv.c) -> redis, all under dsock.
     pins: the CPUs of webkv and redis.  webkv asks redis over one connection,
     one request at a time, so the pipeline's rate follows that round trip,
@@ -252,17 +255,19 @@ def web_service(mode, conns=1, pins=(None, None)):
     r, w, p, h = port(), port(), port(), port()
     d = os.path.join(TMP, f"web-{mode}-{p}")
     os.makedirs(d, mode=0o755, exist_ok=True)
-    rs = redis_server(mode, r, pins[1])
-    subprocess.run(["redis-cli", "-p", str(r), "set", "page", "v" * 100], capture_output=True)
-    app = start([tool("webkv"), str(w), str(r), "page"], mode, pins[0], port=w)
+    rs = redis_server(mode, r, pins[1], at)
+    subprocess.run(at.pre("db") + ["redis-cli", "-h", at.addr("db"), "-p", str(r), "set", "page", "v" * 100],
+                   capture_output=True)
+    app = start([tool("webkv"), str(w), str(r), "page", at.addr("app"), at.dial("db")], mode, pins[0], port=w,
+                pre=at.pre("app"))
     open(d + "/nginx.conf", "w").write(f"""worker_processes 1; pid {d}/nginx.pid; error_log {d}/e.log;
 worker_rlimit_nofile 8192; events {{ worker_connections 4096; }} http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d};
 fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};
-upstream app {{ server 127.0.0.1:{w}; keepalive 16; }}
-server {{ listen 127.0.0.1:{p}; location / {{ proxy_pass http://app; proxy_http_version 1.1;
+upstream app {{ server {at.dial("app")}:{w}; keepalive 16; }}
+server {{ listen {at.addr("server")}:{p}; location / {{ proxy_pass http://app; proxy_http_version 1.1;
 proxy_set_header Connection ""; }} }} }}""")
     try:
-        return wrk_via_haproxy(mode, d, h, p, "page", conns)
+        return wrk_via_haproxy(mode, d, h, p, "page", conns, at)
     finally:
         stop(app)
         stop(rs)
