@@ -19,7 +19,14 @@ and removes:
      addresses as before;
   6. as 1, each end also in mount and PID namespaces of its own (as in a
      container; the daemon's socket reached by its path): paired, the
-     daemon seeing both by their pids on the host.
+     daemon seeing both by their pids on the host;
+  7. the daemon stops (its programs detached with it) and starts again: a
+     pair on shm keeps echoing throughout, a connection made meanwhile
+     stays on the kernel (no record, no shared memory), one made after
+     the restart pairs;
+  8. the programs detached by force under a living daemon (root's
+     BPF_LINK_DETACH): the pair keeps echoing, a new connection stays on
+     the kernel at both ends (no record).
 
 Each check prints ok/FAIL; exit 0 on pass; last line 'proof: N passed, N failed'.
 Skips (exit 0) when not root, or when the daemon cannot load its programs."""
@@ -60,22 +67,26 @@ c = socket.socket()
 if sport: c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); c.bind(("0.0.0.0", sport))
 c.connect((addr, port))
 rnd = random.Random(7)
-for i in range(400):
-    m = bytes(rnd.getrandbits(8) for _ in range(1 + i % 97))
-    c.sendall(bytes([len(m)]) + m)
-    want, got = len(tag) + len(m), b""
-    while len(got) < want:
-        b = c.recv(want - len(got))
-        if not b: print("eof", flush=True); sys.exit(1)
-        got += b
-    if got != tag + m: print("bad", got[:40], flush=True); sys.exit(1)
+def echoes():
+    for i in range(400):
+        m = bytes(rnd.getrandbits(8) for _ in range(1 + i % 97))
+        c.sendall(bytes([len(m)]) + m)
+        want, got = len(tag) + len(m), b""
+        while len(got) < want:
+            b = c.recv(want - len(got))
+            if not b: print("eof", flush=True); sys.exit(1)
+            got += b
+        if got != tag + m: print("bad", got[:40], flush=True); sys.exit(1)
+echoes()
 try:  # the socket's own record (struct dsock_ident_rec, read-only, through the getsockopt program)
     r = c.getsockopt(0x6473, 2, 64)
     rec = "no-record" if len(r) != 32 else "complete" if int.from_bytes(r[24:28], "little") & 12 == 12 else "half"
 except OSError as e:
     rec = "no-record"
 print("ok", rec, flush=True)
-sys.stdin.readline()
+while sys.stdin.readline():  # each line: 400 echoes more
+    echoes()
+    print("ok", flush=True)
 '''
 
 
@@ -95,11 +106,11 @@ def sh(cmd):
     return subprocess.run(cmd, shell=True, capture_output=True, text=True)
 
 
-def start(ns, code, *args, plain=False, container=False):
+def start(ns, code, *args, plain=False, container=False, nodaemon=False):
     pre = ["ip", "netns", "exec", ns] if ns else []
     if container:  # its own mount and PID namespaces too (it is pid 1 there)
         pre += ["unshare", "--mount", "--pid", "--fork", "--mount-proc"]
-    run = [] if plain else [DSOCK, "run", "--"]
+    run = [] if plain else [DSOCK, "run", "--no-daemon", "--"] if nodaemon else [DSOCK, "run", "--"]
     p = subprocess.Popen(pre + run + [PY, "-c", code, *map(str, args)], env=ENV, stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     procs.append(p)
@@ -124,9 +135,12 @@ def wait_path(who, path, secs=5, n=1):
     return paths(who) or ["(no connected socket)"]
 
 
-def exchange(name, srv_ns, cli_ns, srv_addr, dial, port, tag, sport=0, plain_server=False, want="shm", dport=0):
+def exchange(name, srv_ns, cli_ns, srv_addr, dial, port, tag, sport=0, plain_server=False, want="shm", dport=0,
+             rec=None):
     """A server in srv_ns and a client in cli_ns, 400 tagged echoes; both
-    ends on `want` afterwards.  The processes, for a caller to end."""
+    ends on `want` afterwards, the client's record `rec` (by default:
+    none on loopback, complete on shm, else half).  The processes, for a
+    caller to end."""
     srv = start(srv_ns, SERVER, srv_addr, port, tag, plain=plain_server)
     if line(srv) != "ready":
         check(name + ": server starts", False)
@@ -134,7 +148,7 @@ def exchange(name, srv_ns, cli_ns, srv_addr, dial, port, tag, sport=0, plain_ser
     cli = start(cli_ns, CLIENT, dial, dport or port, tag, sport)
     out = line(cli).split()
     check(name + ": every byte echoed, by its own server", out[:1] == ["ok"], out)
-    rec = "no-record" if dial.startswith("127.") else "complete" if want == "shm" else "half"
+    rec = rec or ("no-record" if dial.startswith("127.") else "complete" if want == "shm" else "half")
     check(name + ": the client's record: " + rec, out[1:] == [rec], out)
     rows = wait_path(cli.pid, want)
     check(name + ": the client is on " + want, all("path=" + want in l for l in rows), rows)
@@ -173,6 +187,73 @@ def stop_daemon():
     if pid and os.path.exists("/proc/%d" % pid):
         print("(the daemon did not stop: %s; killed)" % r.stderr.strip())
         os.kill(pid, 9)
+
+
+def start_daemon():
+    """Starts this test's daemon (by a first `dsock run`, with
+    DSOCK_BPF_PROOF=1); True once it says its programs are attached."""
+    log = SOCK + ".log"
+    seen = os.path.getsize(log) if os.path.exists(log) else 0
+    subprocess.run([DSOCK, "run", "--", "true"], env=ENV, capture_output=True, timeout=30)
+    time.sleep(0.2)
+    return os.path.exists(log) and "kernel-recorded proof on" in open(log).read()[seen:]
+
+
+def maps_shm(p):
+    """Whether process p maps connection memory of dsock's."""
+    try:
+        return "memfd:dsock" in open("/proc/%d/maps" % p.pid).read()
+    except OSError:
+        return False
+
+
+def again(p):
+    """400 echoes more on a client's connection: its answer line."""
+    try:
+        p.stdin.write("again\n")
+        p.stdin.flush()
+    except OSError:
+        return "(gone)"
+    return line(p)
+
+
+def detach_programs():
+    """Detaches by force every BPF link whose program is one of dsock's
+    (BPF_LINK_DETACH: what root may do to any link); returns how many."""
+    import ctypes, platform
+    nr = {"x86_64": 321, "aarch64": 280}.get(platform.machine())
+    if not nr:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class Info(ctypes.Structure):  # the bpf_attr of BPF_OBJ_GET_INFO_BY_FD
+        _fields_ = [("fd", ctypes.c_uint32), ("len", ctypes.c_uint32), ("info", ctypes.c_uint64)]
+
+    def bpf(cmd, attr):
+        return libc.syscall(nr, cmd, ctypes.byref(attr), ctypes.sizeof(attr))
+
+    def info(fd, size):
+        buf = (ctypes.c_uint8 * size)()
+        a = Info(fd, size, ctypes.addressof(buf))
+        return bytes(buf) if bpf(15, a) == 0 else b""  # BPF_OBJ_GET_INFO_BY_FD
+
+    n, lid = 0, 0
+    while True:
+        a = (ctypes.c_uint32 * 3)(lid, 0, 0)
+        if bpf(31, a) < 0:  # BPF_LINK_GET_NEXT_ID
+            return n
+        lid = a[1]
+        lfd = bpf(30, (ctypes.c_uint32 * 3)(lid, 0, 0))  # BPF_LINK_GET_FD_BY_ID
+        if lfd < 0:
+            continue
+        li = info(lfd, 64)
+        pfd = bpf(13, (ctypes.c_uint32 * 3)(int.from_bytes(li[8:12], "little"), 0, 0)) if li else -1
+        name = info(pfd, 256)[64:80].split(b"\0")[0] if pfd >= 0 else b""  # bpf_prog_info.name
+        if name.startswith(b"dsock_") and bpf(34, (ctypes.c_uint32 * 1)(lfd)) == 0:  # BPF_LINK_DETACH
+            n += 1
+        for fd in (lfd, pfd):
+            if fd >= 0:
+                os.close(fd)
 
 
 def cleanup():
@@ -244,6 +325,32 @@ def main():
         rows = wait_path(":9004 ", "shm", n=2)
         check("6. ... both ends on shm", len(rows) == 2 and all("path=shm" in l for l in rows), rows)
         end(cli, srv)
+        # 7. the daemon stops and starts again
+        srv = start("dsockP2", SERVER, "10.198.0.2", 9005, "R")
+        cli = start("dsockP1", CLIENT, "10.198.0.2", 9005, "R", 0) if line(srv) == "ready" else None
+        out = line(cli).split() if cli else []
+        rows = wait_path(":9005 ", "shm", n=2)
+        check("7. a pair on shm", out == ["ok", "complete"] and len(rows) == 2 and
+              all("path=shm" in l for l in rows), (out, rows))
+        stop_daemon()
+        check("7. with the daemon gone: the pair's bytes echoed intact, its memory still mapped",
+              cli and again(cli) == "ok" and maps_shm(cli) and maps_shm(srv))
+        s2 = start("dsockP2", SERVER, "10.198.0.2", 9006, "N", nodaemon=True)
+        c2 = start("dsockP1", CLIENT, "10.198.0.2", 9006, "N", 0, nodaemon=True) if line(s2) == "ready" else None
+        out = line(c2).split() if c2 else []
+        check("7. a connection made meanwhile: echoed on the kernel, no record, no shared memory",
+              out == ["ok", "no-record"] and not maps_shm(c2) and not maps_shm(s2), out)
+        end(c2, s2)
+        check("7. the daemon back, its programs attached", start_daemon())
+        check("7. the first pair still echoes", cli and again(cli) == "ok")
+        s3, c3 = exchange("7. after the restart", "dsockP2", "dsockP1", "10.198.0.2", "10.198.0.2", 9007, "A")
+        end(c3, s3)
+        # 8. the programs detached by force, the daemon living on
+        check("8. the daemon's three links detached by force", detach_programs() == 3)
+        check("8. the first pair still echoes", cli and again(cli) == "ok")
+        s4, c4 = exchange("8. programs detached", "dsockP2", "dsockP1", "10.198.0.2", "10.198.0.2", 9008, "X",
+                          want="kernel", rec="no-record")
+        end(c4, s4, cli, srv)
     finally:
         end(*procs)
         cleanup()
