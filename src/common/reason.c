@@ -26,6 +26,8 @@ const char *dsock_reason_name(unsigned r)
 		[DSOCK_R_RCVLOWAT] = "rcvlowat",
 		[DSOCK_R_PEER_DIED] = "peer-died-unread",
 		[DSOCK_R_URING] = "io-uring",
+		[DSOCK_R_UNPROVEN] = "handshake-unproven",
+		[DSOCK_R_FASTOPEN] = "tcp-fast-open",
 	};
 	return r < DSOCK_R_MAX ? n[r] : "?";
 }

@@ -35,6 +35,14 @@ enum dsock_reason {
 				* kernel's close would have sent an RST) */
 	DSOCK_R_URING,         /* the process set up an io_uring, whose work on
 				* the socket no wrapper sees: kernel only */
+	DSOCK_R_UNPROVEN,      /* marked for the kernel-recorded proof, its
+				* handshake did not carry both nonces (TCP Fast
+				* Open, SYN cookies, a peer without dsock or
+				* without the programs, no option space), and
+				* no other proof reached a peer */
+	DSOCK_R_FASTOPEN,      /* connected by TCP Fast Open (MSG_FASTOPEN):
+				* its first bytes went in the SYN, and its
+				* handshake has no room for the proof's option */
 	DSOCK_R_MAX,
 };
 

@@ -326,7 +326,9 @@ int dd_pairing_tick(int behind)
 		while ((x = qhead[w]) && x->expire_ms + grace <= now) {
 			unlink_offer(x);
 			answer_kernel(&x->to, x->sock_id, x->prov->transport,
-				      x->role == DSOCK_OFFER_CONNECT ? DSOCK_R_PEER_TIMEOUT : DSOCK_R_PEER_PLAIN);
+				      x->id.unproven		       ? DSOCK_R_UNPROVEN
+				      : x->role == DSOCK_OFFER_CONNECT ? DSOCK_R_PEER_TIMEOUT
+								       : DSOCK_R_PEER_PLAIN);
 			free(x);
 		}
 		if (x && (next < 0 || x->expire_ms + grace - now < next))

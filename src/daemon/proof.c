@@ -104,17 +104,19 @@ static uint64_t nonce_key(uint64_t a, uint64_t b)
 	return dsock_hash(k, sizeof(k), 0x6873);
 }
 
-/* Adds the socket's record to what netns_inspect read: 0, or -1 where
- * it has no complete record. */
+/* Adds the socket's record to what netns_inspect read: 0; 1 where it has
+ * a record that is not complete (the socket was marked, and its handshake
+ * did not carry both nonces); -1 where it has none. */
 static int handshake_record(int fd, struct dd_ident *o)
 {
 	const uint32_t complete = DSOCK_IDENT_HANDSHAKE | DSOCK_IDENT_GOT_PEER;
 	struct dsock_ident_rec r;
 
-	if (dd_ident_read(fd, &r) || r.version != DSOCK_IDENT_VERSION || (r.flags & complete) != complete ||
-	    !r.sent || !r.recv || r.sent == r.recv ||
-	    !(r.flags & DSOCK_IDENT_ACTIVE) == !(r.flags & DSOCK_IDENT_PASSIVE))
+	if (dd_ident_read(fd, &r))
 		return -1;
+	if (r.version != DSOCK_IDENT_VERSION || (r.flags & complete) != complete || !r.sent || !r.recv ||
+	    r.sent == r.recv || !(r.flags & DSOCK_IDENT_ACTIVE) == !(r.flags & DSOCK_IDENT_PASSIVE))
+		return 1;
 	o->sent = r.sent;
 	o->recv = r.recv;
 	o->role = r.flags & (DSOCK_IDENT_ACTIVE | DSOCK_IDENT_PASSIVE);
@@ -145,9 +147,14 @@ static const struct dd_proof proofs[] = {
 const struct dd_proof *dd_proof_inspect(const struct dd_proof *named, int fd, struct dd_ident *id,
 				       unsigned *reason)
 {
+	int rec;
+
 	*reason = named->inspect(fd, id);
-	if (*reason == DSOCK_R_NONE && named->id == DSOCK_PROOF_NETNS && !handshake_record(fd, id))
+	if (*reason != DSOCK_R_NONE || named->id != DSOCK_PROOF_NETNS)
+		return named;
+	if (!(rec = handshake_record(fd, id)))
 		return dd_proof_get(DSOCK_PROOF_HANDSHAKE);
+	id->unproven = rec > 0;
 	return named;
 }
 

@@ -22,6 +22,11 @@ struct dd_ident {
 	uint32_t role;       /* HANDSHAKE: DSOCK_IDENT_ACTIVE or _PASSIVE */
 	uint64_t key;      /* this end's key */
 	uint64_t mate_key; /* the key the other end's offer has */
+	/* NETNS: the socket was marked for the handshake's proof and its
+	 * record is not complete (TCP Fast Open, SYN cookies, a peer without
+	 * dsock or without the programs, no option space): unpaired, it
+	 * goes to the kernel for that reason */
+	int unproven;
 };
 
 struct dd_proof {

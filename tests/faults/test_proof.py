@@ -14,7 +14,8 @@ and removes:
      10.50.0.2 -> 10.50.0.3:9000, client port 40000 in both): each client
      pairs with its own server only (each server tags its echo);
   4. a plain server (not under dsock): the client stays on the kernel
-     (its record half filled: no answer came);
+     (its record half filled: no answer came; reason handshake-unproven),
+     and a plain client to a dsock server: the server stays on the kernel;
   5. loopback in one namespace: not marked (no record), paired by the
      addresses as before;
   6. as 1, each end also in mount and PID namespaces of its own (as in a
@@ -26,7 +27,13 @@ and removes:
      the restart pairs;
   8. the programs detached by force under a living daemon (root's
      BPF_LINK_DETACH): the pair keeps echoing, a new connection stays on
-     the kernel at both ends (no record).
+     the kernel at both ends (no record);
+  9. SYN cookies at the server (tcp_syncookies=2): both ends on the
+     kernel, every byte echoed;
+ 10. TCP Fast Open (a cookie fetched, then data in the SYN): the client
+     on the kernel with reason tcp-fast-open, every byte echoed.
+Every client also tries to write its own record (setsockopt
+DSOCK_IDENTITY): refused, the record unchanged.
 
 Each check prints ok/FAIL; exit 0 on pass; last line 'proof: N passed, N failed'.
 Skips (exit 0) when not root, or when the daemon cannot load its programs."""
@@ -45,6 +52,7 @@ SERVER = r'''
 import socket, sys
 addr, port, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode()
 l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+if sys.argv[4:] == ["tfo"]: l.setsockopt(socket.IPPROTO_TCP, socket.TCP_FASTOPEN, 16)
 l.bind((addr, port)); l.listen(8); print("ready", flush=True)
 a, _ = l.accept()
 def take(n):
@@ -65,7 +73,13 @@ import socket, sys, random
 addr, port, tag, sport = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode(), int(sys.argv[4])
 c = socket.socket()
 if sport: c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); c.bind(("0.0.0.0", sport))
-c.connect((addr, port))
+if sys.argv[5:] == ["tfo"]:  # TCP Fast Open: a first, empty message in the SYN
+    c.sendto(b"\0", socket.MSG_FASTOPEN, (addr, port))
+    got = b""
+    while len(got) < len(tag):
+        got += c.recv(len(tag) - len(got)) or sys.exit(1)
+else:
+    c.connect((addr, port))
 rnd = random.Random(7)
 def echoes():
     for i in range(400):
@@ -83,6 +97,13 @@ try:  # the socket's own record (struct dsock_ident_rec, read-only, through the 
     rec = "no-record" if len(r) != 32 else "complete" if int.from_bytes(r[24:28], "little") & 12 == 12 else "half"
 except OSError as e:
     rec = "no-record"
+try:  # a forged record: no call writes one
+    c.setsockopt(0x6473, 2, bytes(32))
+    rec += " forged"
+except OSError:
+    pass
+if rec == "complete" and c.getsockopt(0x6473, 2, 64) != r:
+    rec += " changed"
 print("ok", rec, flush=True)
 while sys.stdin.readline():  # each line: 400 echoes more
     echoes()
@@ -136,22 +157,33 @@ def wait_path(who, path, secs=5, n=1):
 
 
 def exchange(name, srv_ns, cli_ns, srv_addr, dial, port, tag, sport=0, plain_server=False, want="shm", dport=0,
-             rec=None):
+             rec=None, tfo=False, why=None):
     """A server in srv_ns and a client in cli_ns, 400 tagged echoes; both
     ends on `want` afterwards, the client's record `rec` (by default:
     none on loopback, complete on shm, else half).  The processes, for a
-    caller to end."""
-    srv = start(srv_ns, SERVER, srv_addr, port, tag, plain=plain_server)
+    caller to end.  tfo: the listener takes TCP Fast Open, the client
+    connects by it; why: the reason each end on the kernel must show."""
+    srv = start(srv_ns, SERVER, srv_addr, port, tag, *(["tfo"] if tfo else []), plain=plain_server)
     if line(srv) != "ready":
         check(name + ": server starts", False)
         return srv, None
-    cli = start(cli_ns, CLIENT, dial, dport or port, tag, sport)
+    cli = start(cli_ns, CLIENT, dial, dport or port, tag, sport, *(["tfo"] if tfo else []))
     out = line(cli).split()
     check(name + ": every byte echoed, by its own server", out[:1] == ["ok"], out)
     rec = rec or ("no-record" if dial.startswith("127.") else "complete" if want == "shm" else "half")
-    check(name + ": the client's record: " + rec, out[1:] == [rec], out)
+    if rec != "any":
+        check(name + ": the client's record: " + rec, out[1:] == [rec], out)
     rows = wait_path(cli.pid, want)
     check(name + ": the client is on " + want, all("path=" + want in l for l in rows), rows)
+    if why:  # (once the daemon has answered, and the client has made calls
+        # since, which take the answer in: until then it is pairing-pending)
+        time.sleep(1)
+        check(name + ": 400 echoes more", again(cli) == "ok")
+        end_by = time.time() + 8
+        while time.time() < end_by and not all("reason=" + why in l for l in rows):
+            time.sleep(0.2)
+            rows = paths(cli.pid)
+        check(name + ": the client says why: " + why, rows and all("reason=" + why in l for l in rows), rows)
     if not plain_server:
         rows = wait_path(srv.pid, want)
         check(name + ": the server is on " + want, all("path=" + want in l for l in rows), rows)
@@ -312,8 +344,17 @@ def main():
         end(c1, c2, s1, s2)
         # 4. a plain server
         s, c = exchange("4. plain server", "dsockP2", "dsockP1", "10.198.0.2", "10.198.0.2", 9002, "",
-                        plain_server=True, want="kernel")
+                        plain_server=True, want="kernel", why="handshake-unproven")
         end(s, c)
+        # 4b. a plain client (not under dsock) to a dsock server: the
+        # marked listener's answer goes only to a SYN with the option
+        srv = start("dsockP2", SERVER, "10.198.0.2", 9013, "Q")
+        cli = start("dsockP1", CLIENT, "10.198.0.2", 9013, "Q", 0, plain=True) if line(srv) == "ready" else None
+        out = line(cli).split() if cli else []
+        check("4b. plain client: every byte echoed, no record of its own", out == ["ok", "no-record"], out)
+        rows = wait_path(srv.pid, "kernel")
+        check("4b. ... the server is on kernel", rows and all("path=kernel" in l for l in rows), rows)
+        end(cli, srv)
         # 5. loopback in one namespace
         s, c = exchange("5. loopback", "dsockP1", "dsockP1", "127.0.0.1", "127.0.0.1", 9003, "L")
         end(s, c)
@@ -325,6 +366,20 @@ def main():
         rows = wait_path(":9004 ", "shm", n=2)
         check("6. ... both ends on shm", len(rows) == 2 and all("path=shm" in l for l in rows), rows)
         end(cli, srv)
+        # 9. SYN cookies at the server (every SYN answered by one): its
+        # child takes no saved SYN, so no record completes
+        sh("ip netns exec dsockP2 sysctl -qw net.ipv4.tcp_syncookies=2")
+        s, c = exchange("9. SYN cookies", "dsockP2", "dsockP1", "10.198.0.2", "10.198.0.2", 9010, "K", want="kernel",
+                        rec="any")
+        end(s, c)
+        sh("ip netns exec dsockP2 sysctl -qw net.ipv4.tcp_syncookies=1")
+        # 10. TCP Fast Open: the first connection fetches a cookie, the
+        # second sends its first bytes in the SYN
+        sh("ip netns exec dsockP1 sysctl -qw net.ipv4.tcp_fastopen=3; ip netns exec dsockP2 sysctl -qw net.ipv4.tcp_fastopen=3")
+        for k, p in ((1, 9011), (2, 9012)):
+            s, c = exchange("10. TCP Fast Open, connection %d" % k, "dsockP2", "dsockP1", "10.198.0.2", "10.198.0.2",
+                            p, "F", want="kernel", rec="any", tfo=True, why="tcp-fast-open")
+            end(s, c)
         # 7. the daemon stops and starts again
         srv = start("dsockP2", SERVER, "10.198.0.2", 9005, "R")
         cli = start("dsockP1", CLIENT, "10.198.0.2", 9005, "R", 0) if line(srv) == "ready" else None

@@ -207,7 +207,10 @@ ssize_t dsock_io_sendto(int fd, const void *buf, size_t n, int flags, const stru
 		if (r != DSOCK_ESLOW)
 			return r;
 	}
-	return SYSRET(dsock_real.sendto(fd, buf, n, flags, a, al));
+	ssize_t r = SYSRET(dsock_real.sendto(fd, buf, n, flags, a, al));
+	if ((flags & MSG_FASTOPEN) && a && (r >= 0 || r == -EINPROGRESS))
+		dsock_sock_fastopen(fd, a, r >= 0);
+	return r;
 }
 
 void dsock_io_hand_over(int fd)
@@ -256,7 +259,10 @@ ssize_t dsock_io_sendmsg(int fd, const struct msghdr *m, int flags)
 	} else if (s && (s = owned(fd))) {
 		return tp_send(s, fd, m, flags); /* (with control data: never solo) */
 	}
-	return SYSRET(dsock_real.sendmsg(fd, m, flags));
+	ssize_t r = SYSRET(dsock_real.sendmsg(fd, m, flags));
+	if ((flags & MSG_FASTOPEN) && m && m->msg_name && (r >= 0 || r == -EINPROGRESS))
+		dsock_sock_fastopen(fd, m->msg_name, r >= 0);
+	return r;
 }
 
 int dsock_io_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)

@@ -198,6 +198,21 @@ int dsock_sock_connect(int fd, const struct sockaddr *a, socklen_t len)
 	return r < 0 ? -err : r;
 }
 
+void dsock_sock_fastopen(int fd, const struct sockaddr *a, int sent)
+{
+	struct dsock_sock *s = dsock_fdt_get(fd);
+
+	if (!s)
+		return;
+	if (s->type == SOCK_STREAM && is_inet(s) && s->state < DSOCK_ST_CONNECTING &&
+	    !(atomic_load(&s->flags) & DSOCK_SF_LISTENED)) {
+		s->state = sent ? DSOCK_ST_CONNECTED : DSOCK_ST_CONNECTING;
+		s->reason = DSOCK_R_FASTOPEN;
+		dsock_sock_report_at(s, fd, DSOCK_EV_CONNECT, NULL, a);
+	}
+	dsock_sock_put(s);
+}
+
 int dsock_sock_accept4(int fd, struct sockaddr *a, socklen_t *len, int flags, int is_accept4)
 {
 	/* the peer's address comes with the call: asked for here when the

@@ -139,6 +139,12 @@ void dsock_optin(int fd, const struct sockaddr *a);
 /* The same before a listen, by the address it is bound to. */
 void dsock_optin_listener(int fd);
 int dsock_sock_connect(int fd, const struct sockaddr *a, socklen_t len);
+/* A stream socket connected by its first send (sendto or sendmsg with
+ * MSG_FASTOPEN and an address; sent: the call succeeded, else it is in
+ * progress): TCP Fast Open leaves its handshake no room for the proof's
+ * option and carries its first bytes in the SYN, so the kernel carries
+ * it, reported as a connection with that reason and never offered. */
+void dsock_sock_fastopen(int fd, const struct sockaddr *a, int sent);
 int dsock_sock_accept4(int fd, struct sockaddr *a, socklen_t *len, int flags, int is_accept4);
 int dsock_sock_close(int fd);
 int dsock_sock_close_range(unsigned first, unsigned last, int flags);
