@@ -130,7 +130,7 @@ harness_selftest() {
 	if [ $? = 0 ] || ! grep -q "FAIL selftest/wrong_expectation (fails natively" <<<"$out"; then
 		echo "harness accepted a scenario whose expectation is wrong:"; echo "$out"; rc=1
 	fi
-	out=$("$BUILD/tests/conformance" -f peek -w "env LD_PRELOAD=$PWD/$BUILD/tests/libbroken.so" "$BUILD/tests/conf-scen")
+	out=$("$BUILD/tests/conformance" -f peek -w "env LD_PRELOAD=$(realpath "$BUILD")/tests/libbroken.so" "$BUILD/tests/conf-scen")
 	if [ $? = 0 ] || [ "$(grep -c '^FAIL' <<<"$out")" -lt 6 ]; then
 		echo "harness did not catch the broken interposer:"; echo "$out"; rc=1
 	fi

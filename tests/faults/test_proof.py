@@ -12,7 +12,8 @@ and removes:
      other's, and the ends still pair;
   3. two tenants with identical addressing (two pairs of namespaces, each
      10.50.0.2 -> 10.50.0.3:9000, client port 40000 in both): each client
-     pairs with its own server only (each server tags its echo);
+     pairs with its own server only (each server tags its echo); then 40
+     connections at once in each, from client ports 40000-40039 in both;
   4. a plain server (not under dsock): the client stays on the kernel
      (its record half filled: no answer came; reason handshake-unproven),
      and a plain client to a dsock server: the server stays on the kernel;
@@ -108,6 +109,53 @@ print("ok", rec, flush=True)
 while sys.stdin.readline():  # each line: 400 echoes more
     echoes()
     print("ok", flush=True)
+'''
+
+
+# Many connections at once: a server that tags every echo on every
+# connection (one thread each) and a client that opens N connections from
+# client ports 40000.. at the same moment, then runs rounds of a message on
+# each; it prints "ok N" when every answer was its own server's.
+SERVER_MANY = r'''
+import socket, sys, threading
+addr, port, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode()
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind((addr, port)); l.listen(128); print("ready", flush=True)
+def serve(a):
+    while True:
+        n = a.recv(1)
+        if not n: return
+        got = b""
+        while len(got) < n[0]:
+            got += a.recv(n[0] - len(got))
+        a.sendall(tag + got)
+while True:
+    threading.Thread(target=serve, args=(l.accept()[0],), daemon=True).start()
+'''
+CLIENT_MANY = r'''
+import socket, sys, random
+addr, port, tag, n = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode(), int(sys.argv[4])
+cs = []
+for i in range(n):
+    c = socket.socket(); c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    c.bind(("0.0.0.0", 40000 + i)); c.setblocking(False)
+    try: c.connect((addr, port))
+    except BlockingIOError: pass
+    cs.append(c)
+for c in cs: c.setblocking(True)
+rnd = random.Random(n)
+for r in range(60):
+    ms = [bytes(rnd.getrandbits(8) for _ in range(1 + (r * 7 + i) % 90)) for i in range(n)]
+    for c, m in zip(cs, ms): c.sendall(bytes([len(m)]) + m)
+    for c, m in zip(cs, ms):
+        got = b""
+        while len(got) < len(tag) + len(m):
+            b = c.recv(len(tag) + len(m) - len(got))
+            if not b: print("eof", flush=True); sys.exit(1)
+            got += b
+        if got != tag + m: print("bad", got[:20], flush=True); sys.exit(1)
+print("ok", n, flush=True)
+sys.stdin.readline()
 '''
 
 
@@ -341,6 +389,21 @@ def main():
         for p in (c1, c2, s1, s2):
             rows = wait_path(p.pid, "shm")
             check("3. pid %d on shm" % p.pid, all("path=shm" in l for l in rows), rows)
+        end(c1, c2, s1, s2)
+        # 3b. the same with 40 connections at once in each tenant, from
+        # the same client ports 40000-40039 in both
+        s1 = start("dsockT1b", SERVER_MANY, "10.50.0.3", 9001, "one")
+        s2 = start("dsockT2b", SERVER_MANY, "10.50.0.3", 9001, "two")
+        ready = [line(p) for p in (s1, s2)]
+        c1 = start("dsockT1a", CLIENT_MANY, "10.50.0.3", 9001, "one", 40)
+        c2 = start("dsockT2a", CLIENT_MANY, "10.50.0.3", 9001, "two", 40)
+        outs = [line(p, 60) for p in (c1, c2)]
+        check("3b. 40 connections in each tenant at once, identical 4-tuples: each hears its own server only",
+              ready == ["ready"] * 2 and outs == ["ok 40"] * 2, (ready, outs))
+        for p in (c1, c2):
+            rows = wait_path(p.pid, "shm", n=40)
+            check("3b. pid %d: its 40 connections on shm" % p.pid,
+                  len(rows) == 40 and all("path=shm" in l for l in rows), rows[:3])
         end(c1, c2, s1, s2)
         # 4. a plain server
         s, c = exchange("4. plain server", "dsockP2", "dsockP1", "10.198.0.2", "10.198.0.2", 9002, "",
