@@ -32,7 +32,12 @@ and removes:
   9. SYN cookies at the server (tcp_syncookies=2): both ends on the
      kernel, every byte echoed;
  10. TCP Fast Open (a cookie fetched, then data in the SYN): the client
-     on the kernel with reason tcp-fast-open, every byte echoed.
+     on the kernel with reason tcp-fast-open, every byte echoed;
+ 11. a container made as a runtime makes one: a user namespace (host uid
+     100000, root inside), tmpfs over /run and /tmp, the daemon's socket
+     directory bind-mounted at /run/dsock: paired with a server in
+     another namespace, known by its host uid, its dsock stat showing its
+     own processes only, unable to stop the daemon.
 Every client also tries to write its own record (setsockopt
 DSOCK_IDENTITY): refused, the record unchanged.
 
@@ -443,6 +448,42 @@ def main():
             s, c = exchange("10. TCP Fast Open, connection %d" % k, "dsockP2", "dsockP1", "10.198.0.2", "10.198.0.2",
                             p, "F", want="kernel", rec="any", tfo=True, why="tcp-fast-open")
             end(s, c)
+        # 11. a container as a runtime makes one: a user namespace of its
+        # own (root inside, host uid 100000 outside), its own /run and /tmp
+        # (tmpfs: the host's files out of sight) and the daemon's socket
+        # directory bind-mounted at /run/dsock, as `-v` does; in dsockP1
+        os.chmod(tmp, 0o755)  # (the bind's source: reachable by uid 100000)
+        inner = ("mount -t tmpfs none /run && mkdir /run/dsock && mount --bind %s /run/dsock && "
+                 "mount -t tmpfs none /tmp && exec \"$@\"" % tmp)
+        srv = start("dsockP2", SERVER, "10.198.0.2", 9020, "U")
+        cont = ["ip", "netns", "exec", "dsockP1", "setpriv", "--reuid=100000", "--regid=100000", "--clear-groups",
+                "unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--mount-proc",
+                "sh", "-c", inner, "sh", DSOCK, "run", "--no-daemon", "--"]
+        cli = None
+        if line(srv) == "ready":
+            cli = subprocess.Popen(cont + [PY, "-c", CLIENT, "10.198.0.2", "9020", "U", "0"],
+                                   env=dict(ENV, DSOCK_SOCKET="/run/dsock/d.sock"), stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            procs.append(cli)
+        out = line(cli).split() if cli else []
+        check("11. in a user namespace, the socket bind-mounted: every byte echoed, the record complete",
+              out == ["ok", "complete"], (out, cli and cli.poll() is not None and cli.stderr.read()[-400:]))
+        rows = wait_path(":9020 ", "shm", n=2)
+        check("11. ... both ends on shm", len(rows) == 2 and all("path=shm" in l for l in rows), rows)
+        r = subprocess.run([DSOCK, "stat", "--raw"], env=ENV, capture_output=True, text=True)
+        mine = [l for l in r.stdout.splitlines() if l.startswith("proc ") and " uid=100000 " in l]
+        check("11. ... the daemon knows the client by its uid on the host (100000)", len(mine) == 1, r.stdout[-600:])
+        # what the container may do: see its own processes only, not stop the daemon
+        r = subprocess.run(cont[:-3] + ["stat", "--raw"], env=dict(ENV, DSOCK_SOCKET="/run/dsock/d.sock"),
+                           capture_output=True, text=True)
+        seen = [l for l in r.stdout.splitlines() if l.startswith("proc ")]
+        check("11. ... its dsock stat shows its own processes only",
+              r.returncode == 0 and seen and all(" uid=100000 " in l for l in seen), r.stdout[-600:] + r.stderr[-300:])
+        r = subprocess.run(cont[:-3] + ["stop"], env=dict(ENV, DSOCK_SOCKET="/run/dsock/d.sock"),
+                           capture_output=True, text=True)
+        check("11. ... it cannot stop the daemon", r.returncode != 0 and subprocess.run(
+              [DSOCK, "stat", "--raw"], env=ENV, capture_output=True).returncode == 0, r.stdout + r.stderr)
+        end(cli, srv)
         # 7. the daemon stops and starts again
         srv = start("dsockP2", SERVER, "10.198.0.2", 9005, "R")
         cli = start("dsockP1", CLIENT, "10.198.0.2", 9005, "R", 0) if line(srv) == "ready" else None
