@@ -50,15 +50,17 @@ static void print_line(const char *text, void *arg)
 		return;
 	}
 	if (!strncmp(text, "daemon ", 7)) {
-		printf("daemon  pid %s, up %s, %s processes, %s clients, %s malformed messages refused\n",
-		       field(text, "pid", a, 64), field(text, "uptime", b, 64),
+		printf("daemon  pid %s, netns %s, up %s, %s processes, %s clients, %s malformed messages refused, "
+		       "proofs: %s\n",
+		       field(text, "pid", a, 64), field(text, "netns", f, 64), field(text, "uptime", b, 64),
 		       field(text, "procs", c, 64), field(text, "clients", d, 64),
-		       field(text, "bad_msgs", e, 64));
+		       field(text, "bad_msgs", e, 64), field(text, "proof", g, 64));
 	} else if (!strncmp(text, "proc ", 5)) {
 		int lost = strcmp(field(text, "lost", g, 64), "0") && strcmp(g, "-");
-		printf("\nprocess %s (%s) uid %s, parent %s, dsock %s, %s sockets known%s%s%s\n",
+		printf("\nprocess %s (%s) uid %s, parent %s, netns %s, dsock %s, %s sockets known%s%s%s\n",
 		       field(text, "pid", a, 64), field(text, "comm", b, 64), field(text, "uid", c, 64),
-		       field(text, "ppid", d, 64), field(text, "dsock", e, 64), field(text, "socks", f, 64),
+		       field(text, "ppid", d, 64), field(text, "netns", h, 64), field(text, "dsock", e, 64),
+		       field(text, "socks", f, 64),
 		       lost ? ", " : "", lost ? g : "", lost ? " of its events lost (this view may be stale)" : "");
 		printf("  %-5s %-6s %-11s %-24s %-24s %-7s %s\n", "fd", "proto", "state", "local",
 		       "peer", "path", "why");

@@ -2,10 +2,12 @@
 #include "daemon/lineage.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 static struct dd_proc *procs;
 static size_t nprocs;
@@ -79,6 +81,15 @@ int dd_socket_known(const struct dsock_addr *local, const struct dsock_addr *pee
 	return dsock_hset_has(&conns, conn_key(local, peer));
 }
 
+unsigned long long dd_proc_netns(pid_t pid)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+	return stat(path, &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
 struct dd_proc *dd_proc_add(pid_t pid, uid_t uid, const struct dsock_msg_hello *h)
 {
 	struct dd_proc *p = calloc(1, sizeof(*p));
@@ -90,6 +101,7 @@ struct dd_proc *dd_proc_add(pid_t pid, uid_t uid, const struct dsock_msg_hello *
 	if (dd_proc_stat(pid, &p->start, &ppid))
 		p->start = 0;
 	p->uid = uid;
+	p->netns = dd_proc_netns(pid);
 	p->ppid = h->ppid;
 	p->flags = h->flags;
 	memcpy(p->comm, h->comm, sizeof(p->comm));

@@ -32,6 +32,10 @@ struct dd_proc {
 	pid_t pid, ppid;
 	unsigned long long start; /* its start time (lineage.h; 0: not known) */
 	uid_t uid;
+	/* its network namespace's inode (as `lsns` and /proc/PID/ns/net name
+	 * it; 0: not readable), read at registration: where its sockets are
+	 * made unless it enters another namespace for one */
+	unsigned long long netns;
 	unsigned flags; /* DSOCK_HELLO_* */
 	char comm[32];
 	char version[16];
@@ -50,6 +54,8 @@ struct dd_proc {
 
 struct dd_proc *dd_proc_add(pid_t pid, uid_t uid, const struct dsock_msg_hello *h);
 void dd_proc_remove(struct dd_proc *p);
+/* The inode of process pid's network namespace (0: not readable). */
+unsigned long long dd_proc_netns(pid_t pid);
 struct dd_proc *dd_proc_find(pid_t pid);
 struct dd_proc *dd_proc_first(void);
 size_t dd_proc_count(void);

@@ -7,6 +7,7 @@
 #include "daemon/provision.h"
 #include "daemon/peerfd.h"
 #include "daemon/events.h"
+#include "daemon/ident.h"
 #include "daemon/outbox.h"
 #include "common/log.h"
 #include "common/proto.h"
@@ -224,10 +225,11 @@ static int send_stat(struct dd_client *c)
 
 	dd_pairing_stats(&paired, &kernel, &pending, &live, &stale);
 	dd_provision_stat(transports, sizeof(transports));
-	r = send_line(c->fd, "daemon pid=%d uid=%u version=%s uptime=%lds clients=%d procs=%zu "
+	r = send_line(c->fd, "daemon pid=%d uid=%u netns=%llu proof=%s version=%s uptime=%lds clients=%d procs=%zu "
 		      "accepted=%lu refused=%lu bad_msgs=%lu events=%lu paired=%lu kernel=%lu pending=%lu "
 		      "live=%lu stale_offers=%lu%s",
-		      getpid(), getuid(), "0.1.0", (long)(time(NULL) - stats.start), nclients,
+		      getpid(), getuid(), dd_proc_netns(getpid()), dd_ident_on() ? "handshake,netns" : "netns",
+		      "0.1.0", (long)(time(NULL) - stats.start), nclients,
 		      dd_proc_count(), stats.accepted, stats.refused, stats.bad_msgs, stats.events,
 		      paired, kernel, pending, live, stale, transports);
 	for (struct dd_proc *p = dd_proc_first(); p && !r; p = p->next) {
@@ -235,8 +237,9 @@ static int send_stat(struct dd_client *c)
 			continue;
 		/* (the process's own count: shown, never used) */
 		unsigned long long lost = p->evr ? __atomic_load_n(&p->evr->lost, __ATOMIC_RELAXED) : 0;
-		r = send_line(c->fd, "proc pid=%d ppid=%d uid=%u comm=%s dsock=%s socks=%zu untracked=%lu lost=%llu",
-			      p->pid, p->ppid, p->uid, p->comm,
+		r = send_line(c->fd, "proc pid=%d ppid=%d uid=%u netns=%llu comm=%s dsock=%s socks=%zu untracked=%lu "
+			      "lost=%llu",
+			      p->pid, p->ppid, p->uid, p->netns, p->comm,
 			      (p->flags & DSOCK_HELLO_DISABLED) ? "disabled" : "enabled",
 			      p->nsocks, p->untracked, lost);
 		dd_peer_fill_local(p);

@@ -368,6 +368,11 @@ def main():
         check("namespaces made", r.returncode == 0, r.stderr)
         # 1. across namespaces
         s, c = exchange("1. veth", "dsockP2", "dsockP1", "10.198.0.2", "10.198.0.2", 9000, "P")
+        r = subprocess.run([DSOCK, "stat", "--raw"], env=ENV, capture_output=True, text=True).stdout
+        rows = {l.split()[1]: l for l in r.splitlines() if l.startswith("proc ")}
+        check("1. dsock stat shows each end's network namespace",
+              c and all(" netns=%d " % os.stat("/run/netns/" + n).st_ino in rows.get("pid=%d" % p.pid, "")
+                        for p, n in ((c, "dsockP1"), (s, "dsockP2"))), list(rows.values()))
         end(s, c)
         # 2. through DNAT, as to a published port: the client dials
         # 10.198.9.9:8080 (routed to the server's namespace), which rewrites
