@@ -4,9 +4,10 @@
  * cgroup-v2 root, so every socket on the host (containers included) runs
  * them; the links go when this daemon does.  Only this process holds a
  * writable fd of the record map: a forged record could pair one tenant's
- * socket with another's.  One proving daemon per host: a second one's
- * programs find their option written already (bpf_store_hdr_opt: EEXIST),
- * so their records stay half filled and never match (fail-safe). */
+ * socket with another's.  One proving daemon per host: a second one finds
+ * the first one's sockops program attached at the root and stays off
+ * (two would each find the other's option written, bpf_store_hdr_opt:
+ * EEXIST, and their records would not match). */
 #include "daemon/ident.h"
 #include "common/log.h"
 
@@ -65,6 +66,29 @@ static int cgroup2_root(char *out, size_t n)
 	return found;
 }
 
+/* The pid-less sign of another proving daemon: a program of ours
+ * attached at the cgroup root already (its name, as the kernel keeps it).
+ * Two would break each other's records, so the second one stays off. */
+static int ours_attached(int cg)
+{
+	__u32 ids[64], n = 64;
+	int found = 0;
+
+	if (bpf_prog_query(cg, BPF_CGROUP_SOCK_OPS, 0, NULL, ids, &n))
+		return 0;
+	for (__u32 i = 0; i < n && !found; i++) {
+		struct bpf_prog_info info;
+		__u32 len = sizeof(info);
+		int fd = bpf_prog_get_fd_by_id(ids[i]);
+		if (fd < 0)
+			continue;
+		memset(&info, 0, sizeof(info));
+		found = !bpf_obj_get_info_by_fd(fd, &info, &len) && !strncmp(info.name, prog_names[0], sizeof(info.name));
+		close(fd);
+	}
+	return found;
+}
+
 static int attach(void)
 {
 	struct { __u64 k0, k1; } key;
@@ -91,6 +115,10 @@ static int attach(void)
 		return r;
 	if ((cg = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return -errno;
+	if (ours_attached(cg)) {
+		close(cg);
+		return -EEXIST;
+	}
 	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
 		struct bpf_program *p = bpf_object__find_program_by_name(obj, prog_names[i]);
 		links[i] = p ? bpf_program__attach_cgroup(p, cg) : NULL;
@@ -115,8 +143,9 @@ int dd_ident_start(void)
 		return 0;
 	libbpf_set_print(quiet);
 	if ((r = attach())) {
-		DSOCK_WARN("kernel-recorded proof off: cannot load its BPF programs (%s); pairing keeps to "
-			   "one network namespace", strerror(-r));
+		DSOCK_WARN("kernel-recorded proof off: %s%s; pairing keeps to one network namespace",
+			   r == -EEXIST ? "another daemon's programs are attached on this host" : "cannot load its BPF programs: ",
+			   r == -EEXIST ? "" : strerror(-r));
 		dd_ident_stop();
 	}
 	return r;
