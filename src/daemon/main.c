@@ -9,6 +9,7 @@
 #include "daemon/server.h"
 #include "daemon/ident.h"
 #include "daemon/pairing.h"
+#include "daemon/policy.h"
 #include "daemon/provision.h"
 #include "common/log.h"
 #include "common/paths.h"
@@ -210,6 +211,14 @@ int main(int argc, char **argv)
 		dprintf(lock_fd, "%d %d\n", getpid(), DSOCK_PROTO_VERSION);
 	if (up[1] >= 0)
 		close(up[1]);
+	char perr[512];
+	if (dd_policy_load(perr, sizeof(perr))) {
+		DSOCK_ERR("pairing rules: %s; not serving", perr);
+		unlink(path);
+		return 1;
+	}
+	if (dd_policy_count())
+		DSOCK_INFO("pairing rules: %d", dd_policy_count());
 	dd_ident_start();
 	rc = dd_serve(lfd, &cfg);
 	dd_ident_stop();

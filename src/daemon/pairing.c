@@ -4,6 +4,7 @@
  * resources (provision.h) and lives in pairs.c. */
 #include "daemon/pairing.h"
 #include "common/hmap.h"
+#include "daemon/policy.h"
 #include "daemon/proof.h"
 #include "daemon/provision.h"
 #include "daemon/registry.h"
@@ -209,6 +210,8 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 
 	if (o.proof && o.prov)
 		o.proof = dd_proof_inspect(o.proof, fd, &o.id, &reason);
+	if (reason == DSOCK_R_NONE && !dd_policy_allows(to->proc ? to->proc->pid : 0, fd))
+		reason = DSOCK_R_DENIED_RULE;
 	if (reason != DSOCK_R_NONE) {
 		close(fd);
 		answer_kernel(to, m->sock_id, m->transport, reason);

@@ -39,7 +39,12 @@ and removes:
      100000, root inside), tmpfs over /run and /tmp, the daemon's socket
      directory bind-mounted at /run/dsock: paired with a server in
      another namespace, known by its host uid, its dsock stat showing its
-     own processes only, unable to stop the daemon.
+     own processes only, unable to stop the daemon;
+ 12. the operator's pairing rules (DSOCK_PAIR_RULES): a client in a
+     namespace a rule denies, and a server in a cgroup a rule denies, stay
+     on the kernel (denied-by-rule), every byte echoed; namespaces no rule
+     names pair; a rule naming a namespace that does not exist stops the
+     daemon with its message.
 Every client also tries to write its own record (setsockopt
 DSOCK_IDENTITY): refused, the record unchanged.
 
@@ -182,8 +187,11 @@ def sh(cmd):
     return subprocess.run(cmd, shell=True, capture_output=True, text=True)
 
 
-def start(ns, code, *args, plain=False, container=False, nodaemon=False):
+def start(ns, code, *args, plain=False, container=False, nodaemon=False, cgroup=None):
     pre = ["ip", "netns", "exec", ns] if ns else []
+    if cgroup:  # in that cgroup (a directory under the cgroup-v2 root) from its start
+        # (before `ip netns exec`, whose fresh /sys shows no cgroup mount)
+        pre = ["sh", "-c", 'echo $$ > %s/cgroup.procs && exec "$@"' % cgroup, "sh"] + pre
     if container:  # its own mount and PID namespaces too (it is pid 1 there)
         pre += ["unshare", "--mount", "--pid", "--fork", "--mount-proc"]
     run = [] if plain else [DSOCK, "run", "--no-daemon", "--"] if nodaemon else [DSOCK, "run", "--"]
@@ -276,12 +284,13 @@ def stop_daemon():
         os.kill(pid, 9)
 
 
-def start_daemon():
+def start_daemon(extra=None):
     """Starts this test's daemon (by a first `dsock run`, with
-    DSOCK_BPF_PROOF=1); True once it says its programs are attached."""
+    DSOCK_BPF_PROOF=1 and extra variables); True once it says its
+    programs are attached."""
     log = SOCK + ".log"
     seen = os.path.getsize(log) if os.path.exists(log) else 0
-    subprocess.run([DSOCK, "run", "--", "true"], env=ENV, capture_output=True, timeout=30)
+    subprocess.run([DSOCK, "run", "--", "true"], env=dict(ENV, **(extra or {})), capture_output=True, timeout=30)
     time.sleep(0.2)
     return os.path.exists(log) and "kernel-recorded proof on" in open(log).read()[seen:]
 
@@ -527,6 +536,34 @@ def main():
         s4, c4 = exchange("8. programs detached", "dsockP2", "dsockP1", "10.198.0.2", "10.198.0.2", 9008, "X",
                           want="kernel", rec="no-record")
         end(c4, s4, cli, srv)
+        # 12. the operator's pairing rules (DSOCK_PAIR_RULES, the daemon's)
+        stop_daemon()
+        cgroot = next((l.split()[4] for l in open("/proc/self/mountinfo") if " - cgroup2 " in l), None)
+        cg = cgroot and os.path.join(cgroot, "dsock-test-deny1")
+        if cg and not os.path.isdir(cg):
+            os.mkdir(cg)
+        check("12. a daemon with a rule naming a namespace and one naming a cgroup", cg and start_daemon(
+              {"DSOCK_PAIR_RULES": "deny netns /run/netns/dsockP1; deny cgroup /dsock-test-deny*"}))
+        s5, c5 = exchange("12. the client's namespace denied", "dsockP2", "dsockP1", "10.198.0.2", "10.198.0.2",
+                          9030, "Y", want="kernel", why="denied-by-rule", rec="complete")
+        end(c5, s5)
+        srv = start("dsockT1b", SERVER, "10.50.0.3", 9031, "Z", cgroup=cg)
+        cli = start("dsockT1a", CLIENT, "10.50.0.3", 9031, "Z", 0) if line(srv) == "ready" else None
+        out = line(cli).split() if cli else []
+        rows = paths(srv.pid)
+        check("12. the server's cgroup denied: every byte echoed, the server on the kernel, denied-by-rule",
+              out == ["ok", "complete"] and rows and all("path=kernel" in l and "reason=denied-by-rule" in l
+                                                         for l in rows), (out, rows))
+        end(cli, srv)
+        s6, c6 = exchange("12. namespaces no rule names", "dsockT1b", "dsockT1a", "10.50.0.3", "10.50.0.3", 9032, "W")
+        end(c6, s6)
+        log = open(SOCK + ".log").read() if os.path.exists(SOCK + ".log") else ""
+        stop_daemon()
+        check("12. a bad rule: the daemon says so and does not serve",
+              not start_daemon({"DSOCK_PAIR_RULES": "deny netns /nonexistent/ns"}) and
+              "pairing rules: DSOCK_PAIR_RULES:1: netns /nonexistent/ns" in open(SOCK + ".log").read())
+        if cg:
+            os.rmdir(cg)
     finally:
         end(*procs)
         cleanup()
