@@ -35,14 +35,17 @@
  *                            byte read: prints "ns_per_event"
  *
  * CONNS_PIN=1 pins scale's and burst's two processes to CPUs 0 and 1.
+ * CONNS_NETNS=PATH and CONNS_ADDR=IPV4 put rate's and req's listener in
+ * that network namespace, bound to that address.
  *
  * Past 25,000 connections the connects go to 127.0.0.2, .3, ... (the
  * listeners take any address): one destination has some 28,000 ephemeral
  * ports.
  */
-#define _GNU_SOURCE /* sched_setaffinity */
+#define _GNU_SOURCE /* sched_setaffinity, setns */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
@@ -60,10 +63,41 @@
 
 #include "bench.h"
 
+/* The listener of rate and req: on loopback, or with CONNS_NETNS set (a
+ * namespace's path) made in that network namespace and bound to
+ * CONNS_ADDR, so that every connection crosses to it (bench/places.py). */
+static int rate_listener(struct sockaddr_in *sa, int backlog)
+{
+	const char *ns = getenv("CONNS_NETNS"), *addr = getenv("CONNS_ADDR");
+	socklen_t len = sizeof(*sa);
+	int self, there, fd, one = 1;
+
+	if (!ns || !addr)
+		return loopback_listener(sa, backlog);
+	self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	there = open(ns, O_RDONLY | O_CLOEXEC);
+	if (self < 0 || there < 0 || setns(there, CLONE_NEWNET) < 0)
+		die("CONNS_NETNS");
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (setns(self, CLONE_NEWNET) < 0 || fd < 0)
+		die("listener socket");
+	close(self);
+	close(there);
+	memset(sa, 0, sizeof(*sa));
+	sa->sin_family = AF_INET;
+	if (inet_pton(AF_INET, addr, &sa->sin_addr) != 1)
+		die("CONNS_ADDR");
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)sa, sizeof(*sa)) < 0 || listen(fd, backlog) < 0 ||
+	    getsockname(fd, (struct sockaddr *)sa, &len) < 0)
+		die("listen");
+	return fd;
+}
+
 static int rate(double secs)
 {
 	struct sockaddr_in sa;
-	int l = loopback_listener(&sa, 128);
+	int l = rate_listener(&sa, 128);
 	long n = 0;
 	double t0 = now_s(), t;
 	struct linger lg = { 1, 0 }; /* RST on close: no TIME_WAIT pile-up */
@@ -118,7 +152,7 @@ static void req_server(int l)
 static int req(double secs)
 {
 	struct sockaddr_in sa;
-	int l = loopback_listener(&sa, 1024);
+	int l = rate_listener(&sa, 1024);
 	struct linger lg = { 1, 0 }; /* RST on close: no TIME_WAIT pile-up */
 	char b[100];
 	long n = 0;

@@ -106,6 +106,13 @@ ACROSS = [
     ("nginx 100 B file, wrk 32 connections, through DNAT", nginx, ("s.txt", 32), "d", RD),
     ("web service, wrk 32 connections, each process in a namespace of its own (bridge)", web_service,
      (32, (None, None)), "b", RD),
+    # set-up across namespaces: under dsock each connection is marked
+    # (its SYN and SYN-ACK carry the nonces, the programs write records);
+    # the kernel's are not: what the proof adds to a connection
+    ("connect/accept/close loop, listener in another namespace (bridge)", conn_rate, (), "b",
+     [("", "conn/s", "higher", 0)]),
+    ("one 100 B request per connection, server in another namespace (bridge)", conn_req, (), "b",
+     [("", "req/s", "higher", 0)]),
 ]
 if any(wanted(a[0]) for a in ACROSS):
     if os.geteuid() != 0 or not shutil.which("nft"):

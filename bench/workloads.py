@@ -273,12 +273,20 @@ proxy_set_header Connection ""; }} }} }}""")
         stop(rs)
 
 
-def conn_rate(mode):
-    return float(run([tool("conns"), "rate", str(S)], mode).stdout.split()[0])
+def across(at):
+    """conns's listener in the server's namespace (CONNS_NETNS), the loop
+    in the client's: the prefix that runs it so."""
+    if not at.spaces:
+        return []
+    return at.pre("client") + ["env", "CONNS_NETNS=/run/netns/" + at.pre("server")[-1], "CONNS_ADDR=" + at.addr("server")]
 
 
-def conn_req(mode):
-    return float(run([tool("conns"), "req", str(S)], mode).stdout.split()[0])
+def conn_rate(mode, at=LOOP):
+    return float(run([tool("conns"), "rate", str(S)], mode, pre=across(at)).stdout.split()[0])
+
+
+def conn_req(mode, at=LOOP):
+    return float(run([tool("conns"), "req", str(S)], mode, pre=across(at)).stdout.split()[0])
 
 
 def conn_scale(mode, n):

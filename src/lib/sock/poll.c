@@ -86,6 +86,19 @@ static int transport_view(int fd, short events)
 	return v;
 }
 
+/* 1 if a socket reported readable went onto a transport during the
+ * kernel's poll (the pairing's answer came meanwhile). */
+static int moved_meanwhile(const struct pollfd *fds, nfds_t n)
+{
+	for (nfds_t i = 0; i < n; i++) {
+		struct dsock_sock *s = fds[i].fd >= 0 && (fds[i].revents & (POLLIN | POLLRDNORM)) ?
+					       dsock_fdt_peek(fds[i].fd) : NULL;
+		if (s && __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE))
+			return 1;
+	}
+	return 0;
+}
+
 static int64_t mono_ms(void)
 {
 	return dsock_mono_ns() / 1000000;
@@ -111,11 +124,17 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 			any = s ? __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) != NULL :
 				  fds[i].fd >= 0 && dsock_epset_is_set(fds[i].fd);
 		}
-	if (!any)
-		return (int)SYSRET(is_ppoll ? dsock_real.ppoll(fds, n, t, m) : dsock_real.poll(fds, n, timeout_ms));
 	if (is_ppoll)
 		timeout_ms = t ? (int)(t->tv_sec * 1000 + t->tv_nsec / 1000000) : -1;
 	end = timeout_ms < 0 ? INT64_MAX : mono_ms() + timeout_ms;
+	if (!any) {
+		int r = (int)SYSRET(is_ppoll ? dsock_real.ppoll(fds, n, t, m) : dsock_real.poll(fds, n, timeout_ms));
+		if (r <= 0 || !moved_meanwhile(fds, n))
+			return r;
+		/* a socket went onto a transport while this slept: its kernel
+		 * readiness may be a wake-up token, judged below for the time
+		 * left */
+	}
 	for (;;) {
 		struct pollfd k[n ? n + (waits ? n * DSOCK_WAITS_MAX : 0) : 1];
 		int view[n ? n : 1], hidden_in = 0, r, ready = 0, e, waited = 0;
