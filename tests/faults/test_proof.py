@@ -36,8 +36,8 @@ and removes:
  10. TCP Fast Open (a cookie fetched, then data in the SYN): the client
      on the kernel with reason tcp-fast-open, every byte echoed;
  11. a container made as a runtime makes one: a user namespace (host uid
-     100000, root inside), tmpfs over /run and /tmp, the daemon's socket
-     directory bind-mounted at /run/dsock: paired with a server in
+     100000, root inside), tmpfs over /run, the daemon's socket directory
+     bind-mounted at /run/dsock and hidden at its own path: paired with a server in
      another namespace, known by its host uid, its dsock stat showing its
      own processes only, unable to stop the daemon;
  12. the operator's pairing rules (DSOCK_PAIR_RULES): a client in a
@@ -475,16 +475,21 @@ def main():
                             p, "F", want="kernel", rec="any", tfo=True, why="tcp-fast-open")
             end(s, c)
         # 11. a container as a runtime makes one: a user namespace of its
-        # own (root inside, host uid 100000 outside), its own /run and /tmp
-        # (tmpfs: the host's files out of sight) and the daemon's socket
-        # directory bind-mounted at /run/dsock, as `-v` does; in dsockP1
-        os.chmod(tmp, 0o755)  # (the bind's source: reachable by uid 100000)
-        inner = ("mount -t tmpfs none /run && mkdir /run/dsock && mount --bind %s /run/dsock && "
-                 "mount -t tmpfs none /tmp && exec \"$@\"" % tmp)
+        # own (root inside, host uid 100000 outside), its own /run (tmpfs)
+        # and the daemon's socket directory bind-mounted at /run/dsock, as
+        # `-v` does; in dsockP1
+        # (the mounts are made as root in a mount namespace of its own, the
+        # build bound in at /run/dsock-build so that uid 100000 reaches it
+        # wherever the tree is, and the test's directory hidden at its own
+        # path once bound: the socket is reached only through the bind)
+        os.chmod(tmp, 0o755)
+        mounts = ("mount -t tmpfs none /run && mkdir /run/dsock /run/dsock-build && mount --bind %s /run/dsock && "
+                  "mount --bind %s /run/dsock-build && mount -t tmpfs none %s && exec \"$@\"" % (tmp, BUILD, tmp))
         srv = start("dsockP2", SERVER, "10.198.0.2", 9020, "U")
-        cont = ["ip", "netns", "exec", "dsockP1", "setpriv", "--reuid=100000", "--regid=100000", "--clear-groups",
+        cont = ["ip", "netns", "exec", "dsockP1", "unshare", "--mount", "sh", "-c", mounts, "sh",
+                "setpriv", "--reuid=100000", "--regid=100000", "--clear-groups",
                 "unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--mount-proc",
-                "sh", "-c", inner, "sh", DSOCK, "run", "--no-daemon", "--"]
+                "/run/dsock-build/bin/dsock", "run", "--no-daemon", "--"]
         cli = None
         if line(srv) == "ready":
             cli = subprocess.Popen(cont + [PY, "-c", CLIENT, "10.198.0.2", "9020", "U", "0"],
