@@ -158,22 +158,23 @@ int dsock_rules_parse_line(struct dsock_rules *rules, const char *line,
 	return 0;
 }
 
-int dsock_rules_parse_text(struct dsock_rules *rules, const char *text,
-			   const char *source, char *err, size_t errlen)
+int dsock_rules_each_line(const char *text, const char *source, size_t max_line,
+			  int (*fn)(void *ctx, const char *line, char *msg, size_t msglen), void *ctx,
+			  char *err, size_t errlen)
 {
-	char line[256], msg[160];
+	char line[max_line], msg[400];
 	int lineno = 0;
 
 	while (*text) {
 		size_t len = strcspn(text, "\n;");
 		lineno++;
-		if (len >= sizeof(line)) {
+		if (len >= max_line) {
 			snprintf(err, errlen, "%s:%d: line too long", source, lineno);
 			return -EINVAL;
 		}
 		memcpy(line, text, len);
 		line[len] = '\0';
-		int rc = dsock_rules_parse_line(rules, line, msg, sizeof(msg));
+		int rc = fn(ctx, line, msg, sizeof(msg));
 		if (rc) {
 			snprintf(err, errlen, "%s:%d: %s", source, lineno, msg);
 			return rc;
@@ -183,6 +184,17 @@ int dsock_rules_parse_text(struct dsock_rules *rules, const char *text,
 			text++;
 	}
 	return 0;
+}
+
+static int parse_line_of(void *rules, const char *line, char *msg, size_t msglen)
+{
+	return dsock_rules_parse_line(rules, line, msg, msglen);
+}
+
+int dsock_rules_parse_text(struct dsock_rules *rules, const char *text,
+			   const char *source, char *err, size_t errlen)
+{
+	return dsock_rules_each_line(text, source, 256, parse_line_of, rules, err, errlen);
 }
 
 int dsock_rules_program_allowed(const struct dsock_rules *rules, const char *prog)

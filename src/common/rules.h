@@ -41,6 +41,14 @@ struct dsock_rules {
 int dsock_rules_parse_line(struct dsock_rules *rules, const char *line,
 			   char *err, size_t errlen);
 
+/* Calls fn for each line of text (lines separated by '\n' or ';', each
+ * shorter than max_line): 0, or the first error (fn's, or a line too
+ * long) with "source:line: message" in err.  (dsockd's pairing rules
+ * are read through it too.) */
+int dsock_rules_each_line(const char *text, const char *source, size_t max_line,
+			  int (*fn)(void *ctx, const char *line, char *msg, size_t msglen), void *ctx,
+			  char *err, size_t errlen);
+
 /* Parses text with lines separated by '\n' or ';'.  Returns 0 or the first
  * error, with "source:line: message" in err. */
 int dsock_rules_parse_text(struct dsock_rules *rules, const char *text,

@@ -2,7 +2,7 @@
  * rule stops the daemon with its message, so an operator's deny is never
  * silently dropped. */
 #include "daemon/policy.h"
-#include "common/rules.h" /* dsock_glob_match */
+#include "common/rules.h" /* dsock_glob_match, dsock_rules_each_line */
 
 #include <ctype.h>
 #include <errno.h>
@@ -28,12 +28,13 @@ struct prule {
 static struct prule rules[POLICY_MAX];
 static int nrules, name_netns, name_cgroup;
 
-static int parse_line(const char *line, char *err, size_t errlen)
+static int parse_line(void *unused, const char *line, char *err, size_t errlen)
 {
 	char verb[16], kind[16], arg[256], extra[2];
 	struct prule r = { 0 };
 	int n;
 
+	(void)unused;
 	while (isspace((unsigned char)*line))
 		line++;
 	if (!*line || *line == '#')
@@ -73,31 +74,13 @@ static int parse_line(const char *line, char *err, size_t errlen)
 	return 0;
 }
 
-static int parse_text(const char *text, const char *source, char *err, size_t errlen)
-{
-	char line[512], msg[400];
-	int no = 0;
-
-	while (text && *text) {
-		size_t len = strcspn(text, ";\n");
-		snprintf(line, sizeof(line), "%.*s", (int)(len < sizeof(line) ? len : sizeof(line) - 1), text);
-		no++;
-		if (parse_line(line, msg, sizeof(msg))) {
-			snprintf(err, errlen, "%s:%d: %s", source, no, msg);
-			return -EINVAL;
-		}
-		text += len + (text[len] != '\0');
-	}
-	return 0;
-}
-
 int dd_policy_load(char *err, size_t errlen)
 {
 	const char *env = getenv("DSOCK_PAIR_RULES"), *path = getenv("DSOCK_PAIR_CONFIG");
 	int r;
 
 	nrules = name_netns = name_cgroup = 0;
-	if (env && (r = parse_text(env, "DSOCK_PAIR_RULES", err, errlen)))
+	if (env && (r = dsock_rules_each_line(env, "DSOCK_PAIR_RULES", 512, parse_line, NULL, err, errlen)))
 		return r;
 	if (!path && access("/etc/dsock-pair.conf", R_OK) == 0)
 		path = "/etc/dsock-pair.conf";
@@ -107,12 +90,12 @@ int dd_policy_load(char *err, size_t errlen)
 		ssize_t n = fd < 0 ? -1 : read(fd, text, sizeof(text) - 1);
 		if (fd >= 0)
 			close(fd);
-		if (n < 0) {
-			snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		if (n < 0 || n == (ssize_t)sizeof(text) - 1) {
+			snprintf(err, errlen, "%s: %s", path, n < 0 ? strerror(errno) : "larger than 64 KiB");
 			return -EINVAL;
 		}
 		text[n] = '\0';
-		return parse_text(text, path, err, errlen);
+		return dsock_rules_each_line(text, path, 512, parse_line, NULL, err, errlen);
 	}
 	return 0;
 }
