@@ -126,15 +126,19 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 		}
 	if (is_ppoll)
 		timeout_ms = t ? (int)(t->tv_sec * 1000 + t->tv_nsec / 1000000) : -1;
-	end = timeout_ms < 0 ? INT64_MAX : mono_ms() + timeout_ms;
+	/* (read only where a time left may be asked: a poll that does not
+	 * wait, or waits for ever, reads no clock before the kernel's) */
+	int64_t start = timeout_ms > 0 ? mono_ms() : 0;
 	if (!any) {
 		int r = (int)SYSRET(is_ppoll ? dsock_real.ppoll(fds, n, t, m) : dsock_real.poll(fds, n, timeout_ms));
-		if (r <= 0 || !moved_meanwhile(fds, n))
+		if (r <= 0 || atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) == 0 ||
+		    !moved_meanwhile(fds, n))
 			return r;
 		/* a socket went onto a transport while this slept: its kernel
 		 * readiness may be a wake-up token, judged below for the time
 		 * left */
 	}
+	end = timeout_ms < 0 ? INT64_MAX : (start ? start : mono_ms()) + timeout_ms;
 	for (;;) {
 		struct pollfd k[n ? n + (waits ? n * DSOCK_WAITS_MAX : 0) : 1];
 		int view[n ? n : 1], hidden_in = 0, r, ready = 0, e, waited = 0;
