@@ -114,7 +114,21 @@ ACROSS = [
     ("one 100 B request per connection, server in another namespace (bridge)", conn_req, (), "b",
      [("", "req/s", "higher", 0)]),
 ]
-if any(wanted(a[0]) for a in ACROSS):
+PLAIN_COST = "connect/accept/close loop of a program not under dsock, listener in another namespace (bridge): kernel = no programs attached, dsock = the proving daemon's attached"
+
+
+def plain_conn_rate(mode, at):
+    """The proof's cost to every program on the host, dsock or not: the
+    same native loop with the programs detached ("native") and attached
+    ("dsock"); the daemon is restarted for each run."""
+    if mode == "dsock":
+        places.proving_daemon()
+    else:
+        places.plain_daemon()
+    return conn_rate("native", at)
+
+
+if any(wanted(a[0]) for a in ACROSS) or wanted(PLAIN_COST):
     if os.geteuid() != 0 or not shutil.which("nft"):
         print("across namespaces: skipped (needs root and nft)", file=sys.stderr)
     else:
@@ -127,6 +141,7 @@ if any(wanted(a[0]) for a in ACROSS):
                 for name, fn, a, where, metrics in ACROSS:
                     measure(name, fn, *a, at[where],
                             raw=(lambda: (*raw("pingpong", 14), None)) if fn is sockperf_pp else None, metrics=metrics)
+                measure(PLAIN_COST, plain_conn_rate, at["b"], metrics=[("", "conn/s", "higher", 0)])
         finally:
             places.stop_daemon()
             places.teardown()

@@ -19,13 +19,20 @@
 #define DSOCK_IDENT_EXID_HI  0xd5
 #define DSOCK_IDENT_EXID_LO  0x0c
 
-#define DSOCK_IDENT_VERSION  1
+#define DSOCK_IDENT_VERSION  2
 enum {
 	DSOCK_IDENT_ACTIVE = 1,    /* this end connected */
 	DSOCK_IDENT_PASSIVE = 2,   /* this end was accepted */
 	DSOCK_IDENT_GOT_PEER = 4,  /* recv holds the peer's nonce */
 	DSOCK_IDENT_HANDSHAKE = 8, /* recorded in the handshake itself */
+	DSOCK_IDENT_MARKED = 16,   /* opted in (a listener's children inherit it) */
+	DSOCK_IDENT_ECHO = 32,     /* active: its nonce goes once more, after the SYN-ACK */
 };
+
+/* How many segments after the SYN-ACK echo the client's nonce: the third
+ * ACK, and the next one for a listener that drops a bare ACK
+ * (TCP_DEFER_ACCEPT) and makes its child from the first data segment. */
+#define DSOCK_IDENT_ECHOES   2
 
 /* One socket's record (socket-local storage, written by the programs
  * only): two sockets are one connection's ends iff each one's recv is the
@@ -35,7 +42,8 @@ struct dsock_ident_rec {
 	__u64 recv;   /* the nonce the peer's carried (0: none came) */
 	__u64 netns;  /* this end's network namespace cookie */
 	__u32 flags;  /* DSOCK_IDENT_* */
-	__u32 version;
+	__u16 version;
+	__u16 echoes; /* active: echoes of sent still to go */
 };
 
 #endif

@@ -105,15 +105,15 @@ static uint64_t nonce_key(uint64_t a, uint64_t b)
 }
 
 /* Adds the socket's record to what netns_inspect read: 0; 1 where it has
- * a record that is not complete (the socket was marked, and its handshake
- * did not carry both nonces); -1 where it has none. */
+ * a record that is not complete (the socket connected marked, and its
+ * handshake did not carry both nonces); -1 where it has none. */
 static int handshake_record(int fd, struct dd_ident *o)
 {
 	const uint32_t complete = DSOCK_IDENT_HANDSHAKE | DSOCK_IDENT_GOT_PEER;
 	struct dsock_ident_rec r;
 
-	if (dd_ident_read(fd, &r))
-		return -1;
+	if (dd_ident_read(fd, &r) || !(r.flags & (DSOCK_IDENT_ACTIVE | DSOCK_IDENT_PASSIVE)))
+		return -1; /* none, or a mark alone: an accepted child whose client sent no nonce */
 	if (r.version != DSOCK_IDENT_VERSION || (r.flags & complete) != complete || !r.sent || !r.recv ||
 	    r.sent == r.recv || !(r.flags & DSOCK_IDENT_ACTIVE) == !(r.flags & DSOCK_IDENT_PASSIVE))
 		return 1;

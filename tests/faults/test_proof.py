@@ -31,8 +31,11 @@ and removes:
   8. the programs detached by force under a living daemon (root's
      BPF_LINK_DETACH): the pair keeps echoing, a new connection stays on
      the kernel at both ends (no record);
-  9. SYN cookies at the server (tcp_syncookies=2): both ends on the
-     kernel, every byte echoed;
+  9. SYN cookies at the server (tcp_syncookies=2): the child proven from
+     the client's echo and the cookie, both ends on shm;
+  9b. a listener with TCP_DEFER_ACCEPT (the bare third ACK dropped, the
+     child made from the first data segment): proven from the echo that
+     segment carries, both ends on shm;
  10. TCP Fast Open (a cookie fetched, then data in the SYN): the client
      on the kernel with reason tcp-fast-open, every byte echoed;
  11. a container made as a runtime makes one: a user namespace (host uid
@@ -66,6 +69,7 @@ import socket, sys
 addr, port, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode()
 l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 if sys.argv[4:] == ["tfo"]: l.setsockopt(socket.IPPROTO_TCP, socket.TCP_FASTOPEN, 16)
+if sys.argv[4:] == ["defer"]: l.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 5)
 l.bind((addr, port)); l.listen(8); print("ready", flush=True)
 a, _ = l.accept()
 def take(n):
@@ -220,13 +224,15 @@ def wait_path(who, path, secs=5, n=1):
 
 
 def exchange(name, srv_ns, cli_ns, srv_addr, dial, port, tag, sport=0, plain_server=False, want="shm", dport=0,
-             rec=None, tfo=False, why=None):
+             rec=None, tfo=False, why=None, defer=False):
     """A server in srv_ns and a client in cli_ns, 400 tagged echoes; both
     ends on `want` afterwards, the client's record `rec` (by default:
     none on loopback, complete on shm, else half).  The processes, for a
     caller to end.  tfo: the listener takes TCP Fast Open, the client
-    connects by it; why: the reason each end on the kernel must show."""
-    srv = start(srv_ns, SERVER, srv_addr, port, tag, *(["tfo"] if tfo else []), plain=plain_server)
+    connects by it; why: the reason each end on the kernel must show;
+    defer: the listener takes TCP_DEFER_ACCEPT."""
+    srv = start(srv_ns, SERVER, srv_addr, port, tag, *(["tfo"] if tfo else ["defer"] if defer else []),
+                plain=plain_server)
     if line(srv) != "ready":
         check(name + ": server starts", False)
         return srv, None
@@ -460,13 +466,18 @@ def main():
         rows = wait_path(":9004 ", "shm", n=2)
         check("6. ... both ends on shm", len(rows) == 2 and all("path=shm" in l for l in rows), rows)
         end(cli, srv)
-        # 9. SYN cookies at the server (every SYN answered by one): its
-        # child takes no saved SYN, so no record completes
+        # 9. SYN cookies at the server (every SYN answered by one): the
+        # child, made from the cookie's ACK, reads the client's nonce in
+        # its echo and computes its own from the cookie
         sh("ip netns exec dsockP2 sysctl -qw net.ipv4.tcp_syncookies=2")
-        s, c = exchange("9. SYN cookies", "dsockP2", "dsockP1", "10.198.0.2", "10.198.0.2", 9010, "K", want="kernel",
-                        rec="any")
+        s, c = exchange("9. SYN cookies", "dsockP2", "dsockP1", "10.198.0.2", "10.198.0.2", 9010, "K")
         end(s, c)
         sh("ip netns exec dsockP2 sysctl -qw net.ipv4.tcp_syncookies=1")
+        # 9b. a listener with TCP_DEFER_ACCEPT drops the bare third ACK
+        # and makes its child from the first data segment, whose echo
+        # proves it
+        s, c = exchange("9b. TCP_DEFER_ACCEPT", "dsockP2", "dsockP1", "10.198.0.2", "10.198.0.2", 9014, "D", defer=True)
+        end(s, c)
         # 10. TCP Fast Open: the first connection fetches a cookie, the
         # second sends its first bytes in the SYN
         sh("ip netns exec dsockP1 sysctl -qw net.ipv4.tcp_fastopen=3; ip netns exec dsockP2 sysctl -qw net.ipv4.tcp_fastopen=3")

@@ -1,17 +1,22 @@
 /* The kernel-recorded proof of identity (docs/ARCHITECTURE.md, "Proof
  * across namespaces"): BPF programs that dsockd attaches at the cgroup-v2
  * root.  A socket opts in with setsockopt(SOL_DSOCK, DSOCK_OPTIN) before
- * connect() or listen() (the cgroup/setsockopt program marks it; no
- * privilege, no bpf(2)).  An opted-in client's SYN carries an RFC 6994
- * option (kind 254, ExID 0xd50c) with a random nonce Nc; an opted-in
- * listener answers in its SYN-ACK with Ns, a keyed hash of Nc, its ISN,
- * the ports and its network namespace, and only when the SYN carried Nc
- * (a plain peer never sees the option).  Each end's record (sent, recv)
- * lives in socket-local storage that only this program writes: two
- * sockets are the two ends of one connection if and only if each
- * received what the other sent, whatever NAT did to their addresses.
- * A SYN without the option, TCP Fast Open or a full option space leave a
- * record half filled: no match, the connection stays on the kernel.
+ * connect() or listen() (the cgroup/setsockopt program gives it a record
+ * marked so; no privilege, no bpf(2); a listener's children inherit it).
+ * An opted-in client's SYN carries an RFC 6994 option (kind 254, ExID
+ * 0xd50c) with a random nonce Nc; an opted-in listener answers in its
+ * SYN-ACK with Ns, a keyed hash of Nc, its ISN, the ports and its network
+ * namespace, and only when the SYN carried Nc (a plain peer never sees
+ * the option).  The client echoes Nc in its next segments (the third ACK,
+ * DSOCK_IDENT_ECHOES of them), from which the accepted child computes Ns
+ * again: the listener keeps no state per SYN, saves no SYN, and a child
+ * made from a SYN cookie is proven as any other.  Each end's record
+ * (sent, recv) lives in socket-local storage that only this program
+ * writes: two sockets are the two ends of one connection if and only if
+ * each received what the other sent, whatever NAT did to their
+ * addresses.  A SYN without the option, an echo that never came, TCP
+ * Fast Open or a full option space leave a record incomplete: no match,
+ * the connection stays on the kernel.
  *
  * Built with clang -target bpf; no BTF of the running kernel needed (only
  * UAPI structs). */
@@ -24,8 +29,6 @@
 
 #define TCPHDR_SYN 0x02
 #define TCPHDR_ACK 0x10
-#define SOL_TCP 6
-#define TCP_SAVE_SYN 27
 #define ENOENT 2
 
 struct tcp_head { /* the fields read here */
@@ -33,16 +36,11 @@ struct tcp_head { /* the fields read here */
 	__u32 seq, ack_seq;
 };
 
+/* One record per opted-in socket, made by the mark (one allocation per
+ * end: a child's is its listener's, cloned by the kernel). */
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC | BPF_F_CLONE); /* a listener's mark goes to its children */
-	__type(key, int);
-	__type(value, __u32);
-} dsock_optin SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(map_flags, BPF_F_NO_PREALLOC | BPF_F_CLONE);
 	__type(key, int);
 	__type(value, struct dsock_ident_rec);
 } dsock_ident SEC(".maps");
@@ -90,7 +88,7 @@ static __always_inline __u64 siphash3(const struct key128 *k, __u64 a, __u64 b, 
 }
 
 /* The listener's nonce for a SYN that carried nc: computed, not stored,
- * so a SYN costs no state (the child computes it again from its ACK). */
+ * so a SYN costs no state (the child computes it again from the echo). */
 static __always_inline __u64 server_nonce(struct bpf_sock_ops *skops, __u64 nc, __u32 isn)
 {
 	__u32 zero = 0;
@@ -118,11 +116,12 @@ static __always_inline __u64 load_nonce(struct bpf_sock_ops *skops, __u64 flags)
 	return n;
 }
 
-static __always_inline int marked(struct bpf_sock_ops *skops)
+/* The socket's record, or NULL (a request sock has none). */
+static __always_inline struct dsock_ident_rec *record(struct bpf_sock_ops *skops)
 {
 	struct bpf_sock *sk = skops->sk;
 
-	return sk && bpf_sk_storage_get(&dsock_optin, sk, 0, 0);
+	return sk ? bpf_sk_storage_get(&dsock_ident, sk, 0, 0) : 0;
 }
 
 static __always_inline void write_flag(struct bpf_sock_ops *skops, int on)
@@ -135,35 +134,29 @@ static __always_inline void write_flag(struct bpf_sock_ops *skops, int on)
 
 static __always_inline int on_connect(struct bpf_sock_ops *skops)
 {
-	struct bpf_sock *sk;
-	struct dsock_ident_rec *r;
+	struct dsock_ident_rec *r = record(skops);
 
-	if (!marked(skops) || !(sk = skops->sk)) /* (loaded again: the verifier wants it checked at its use) */
-		return 1;
-	r = bpf_sk_storage_get(&dsock_ident, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!r)
+	if (!r || !(r->flags & DSOCK_IDENT_MARKED))
 		return 1;
 	r->sent = (__u64)bpf_get_prandom_u32() << 32 | bpf_get_prandom_u32();
 	if (!r->sent)
 		r->sent = 1;
 	r->recv = 0;
 	r->netns = bpf_get_netns_cookie(skops);
-	r->flags = DSOCK_IDENT_ACTIVE;
+	r->flags = DSOCK_IDENT_MARKED | DSOCK_IDENT_ACTIVE;
 	r->version = DSOCK_IDENT_VERSION;
+	r->echoes = 0;
 	write_flag(skops, 1);
 	return 1;
 }
 
+/* the listener's flags decide its SYN-ACKs */
 static __always_inline int on_listen(struct bpf_sock_ops *skops)
 {
-	int one = 1;
+	struct dsock_ident_rec *r = record(skops);
 
-	if (!marked(skops))
-		return 1;
-	/* the listener's flags decide its SYN-ACKs; the saved SYN gives each
-	 * child the client's nonce */
-	write_flag(skops, 1);
-	bpf_setsockopt(skops, SOL_TCP, TCP_SAVE_SYN, &one, sizeof(one));
+	if (r && (r->flags & DSOCK_IDENT_MARKED))
+		write_flag(skops, 1);
 	return 1;
 }
 
@@ -171,8 +164,13 @@ static __always_inline int on_hdr_len(struct bpf_sock_ops *skops)
 {
 	__u8 f = skops->skb_tcp_flags;
 
-	if (skops->args[0] == BPF_WRITE_HDR_TCP_CURRENT_MSS || !(f & TCPHDR_SYN))
+	if (skops->args[0] == BPF_WRITE_HDR_TCP_CURRENT_MSS || !(f & TCPHDR_SYN)) {
+		/* the echo's room, in the MSS too while it is due */
+		struct dsock_ident_rec *r = record(skops);
+		if (r && (r->flags & DSOCK_IDENT_ECHO))
+			bpf_reserve_hdr_opt(skops, DSOCK_IDENT_OPT_LEN, 0);
 		return 1;
+	}
 	if ((f & TCPHDR_ACK) && !load_nonce(skops, BPF_LOAD_HDR_OPT_TCP_SYN))
 		return 1; /* a SYN-ACK answers only a SYN that carried ours */
 	bpf_reserve_hdr_opt(skops, DSOCK_IDENT_OPT_LEN, 0);
@@ -184,17 +182,20 @@ static __always_inline int on_hdr_write(struct bpf_sock_ops *skops)
 	__u8 o[DSOCK_IDENT_OPT_LEN] = { DSOCK_IDENT_OPT_KIND, DSOCK_IDENT_OPT_LEN, DSOCK_IDENT_EXID_HI,
 					DSOCK_IDENT_EXID_LO };
 	__u8 f = skops->skb_tcp_flags;
+	struct dsock_ident_rec *r;
 	__u64 n;
 
-	if (!(f & TCPHDR_SYN))
-		return 1;
-	if (!(f & TCPHDR_ACK)) { /* our SYN */
-		struct bpf_sock *sk = skops->sk;
-		struct dsock_ident_rec *r;
-		if (!sk)
+	if (!(f & TCPHDR_SYN)) { /* the echo, after the SYN-ACK */
+		if (!(r = record(skops)) || !(r->flags & DSOCK_IDENT_ECHO))
 			return 1;
-		r = bpf_sk_storage_get(&dsock_ident, sk, 0, 0);
-		if (!r)
+		n = r->sent;
+		if (r->echoes <= 1) {
+			r->flags &= ~DSOCK_IDENT_ECHO;
+			write_flag(skops, 0);
+		}
+		r->echoes--;
+	} else if (!(f & TCPHDR_ACK)) { /* our SYN */
+		if (!(r = record(skops)) || !(r->flags & DSOCK_IDENT_ACTIVE))
 			return 1;
 		n = r->sent;
 	} else { /* a SYN-ACK: a request sock, only its ports and the header */
@@ -213,50 +214,46 @@ static __always_inline int on_hdr_write(struct bpf_sock_ops *skops)
 
 static __always_inline int on_active(struct bpf_sock_ops *skops)
 {
-	struct bpf_sock *sk = skops->sk;
-	struct dsock_ident_rec *r;
+	struct dsock_ident_rec *r = record(skops);
 	__u64 ns;
 
-	if (!sk)
+	if (!r || !(r->flags & DSOCK_IDENT_ACTIVE))
 		return 1;
-	r = bpf_sk_storage_get(&dsock_ident, sk, 0, 0);
-	if (!r)
-		return 1;
-	write_flag(skops, 0);
 	ns = load_nonce(skops, 0); /* the SYN-ACK's */
-	if (!ns)
+	if (!ns) {
+		write_flag(skops, 0);
 		return 1; /* a plain peer: half a record, never a match */
+	}
 	r->recv = ns;
-	r->flags |= DSOCK_IDENT_GOT_PEER | DSOCK_IDENT_HANDSHAKE;
+	r->flags |= DSOCK_IDENT_GOT_PEER | DSOCK_IDENT_HANDSHAKE | DSOCK_IDENT_ECHO;
+	r->echoes = DSOCK_IDENT_ECHOES; /* (the write flag stays on for them) */
 	return 1;
 }
 
+/* The child of a marked listener, at the segment that made it: the third
+ * ACK (or the first data segment, or a SYN cookie's ACK), which echoes
+ * the client's nonce and acknowledges our ISN + 1. */
 static __always_inline int on_passive(struct bpf_sock_ops *skops)
 {
 	struct tcp_head *th = (void *)(long)skops->skb_data;
-	struct bpf_sock *sk;
-	struct dsock_ident_rec *r;
+	struct dsock_ident_rec *r = record(skops);
 	__u64 nc, ns;
 
-	if (!marked(skops))
+	if (!r || !(r->flags & DSOCK_IDENT_MARKED))
 		return 1;
 	write_flag(skops, 0); /* (inherited from the listener) */
-	nc = load_nonce(skops, BPF_LOAD_HDR_OPT_TCP_SYN);
+	nc = load_nonce(skops, 0);
 	if (!nc || (void *)(th + 1) > (void *)(long)skops->skb_data_end)
-		return 1;
-	/* the ACK acknowledges our ISN + 1 */
+		return 1; /* a plain client, or no echo: a mark alone, no record to match */
 	ns = server_nonce(skops, nc, bpf_ntohl(th->ack_seq) - 1);
-	sk = skops->sk;
-	if (!ns || !sk)
-		return 1;
-	r = bpf_sk_storage_get(&dsock_ident, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!r)
+	if (!ns)
 		return 1;
 	r->sent = ns;
 	r->recv = nc;
 	r->netns = bpf_get_netns_cookie(skops);
-	r->flags = DSOCK_IDENT_PASSIVE | DSOCK_IDENT_GOT_PEER | DSOCK_IDENT_HANDSHAKE;
+	r->flags = DSOCK_IDENT_MARKED | DSOCK_IDENT_PASSIVE | DSOCK_IDENT_GOT_PEER | DSOCK_IDENT_HANDSHAKE;
 	r->version = DSOCK_IDENT_VERSION;
+	r->echoes = 0;
 	return 1;
 }
 
@@ -280,17 +277,23 @@ int dsock_sockops(struct bpf_sock_ops *skops)
 	return 1;
 }
 
-/* setsockopt(fd, SOL_DSOCK, DSOCK_OPTIN, ...): marks the socket, the
- * kernel's handler skipped.  Any other option passes through. */
+/* setsockopt(fd, SOL_DSOCK, DSOCK_OPTIN, ...): marks the socket (a new
+ * record, or the one it has left as it is), the kernel's handler
+ * skipped.  Any other option passes through. */
 SEC("cgroup/setsockopt")
 int dsock_setsockopt(struct bpf_sockopt *ctx)
 {
 	struct bpf_sock *sk = ctx->sk;
+	struct dsock_ident_rec *r;
 
 	if (ctx->level != DSOCK_SOL || ctx->optname != DSOCK_OPTIN)
 		return 1;
-	if (!sk || !bpf_sk_storage_get(&dsock_optin, sk, 0, BPF_SK_STORAGE_GET_F_CREATE))
+	if (!sk || !(r = bpf_sk_storage_get(&dsock_ident, sk, 0, BPF_SK_STORAGE_GET_F_CREATE)))
 		return 0; /* EPERM: not marked */
+	if (!r->version) { /* made now (zeroed) */
+		r->flags = DSOCK_IDENT_MARKED;
+		r->version = DSOCK_IDENT_VERSION;
+	}
 	ctx->optlen = -1;
 	return 1;
 }
