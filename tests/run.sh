@@ -10,7 +10,8 @@
 #   self-tests; the daemon and CLI; faults and resource exhaustion; the
 #   proof across network namespaces (BPF: veth, DNAT, two tenants); a
 #   connection handed to programs without dsock (exec, SCM_RIGHTS); real
-#   programs under dsock; the integrity soak; the fuzzers (short runs).
+#   programs under dsock, on loopback and across network namespaces (a
+#   bridge, DNAT); the integrity soak; the fuzzers (short runs).
 # Usage: tests/run.sh [BUILD_DIR]
 # Closing line: "tests: N passed, N failed" (one per step).
 set -u
@@ -138,6 +139,16 @@ harness_selftest() {
 	return $rc
 }
 
+# The real programs with servers and clients in network namespaces of
+# their own (skipped unless root).
+apps_across() {
+	local rc=0
+	for place in bridge dnat; do
+		tests/apps/run_apps.sh "$BUILD" $place || rc=1
+	done
+	return $rc
+}
+
 step "build" make -s -j2 BUILD="$BUILD"
 step "unit tests" unit "$BUILD"
 step "exports" tests/unit/exports.sh "$BUILD"
@@ -165,6 +176,7 @@ step "proof across namespaces: veth, DNAT, two tenants with identical addresses 
 	python3 tests/faults/test_proof.py "$BUILD"
 step "hand-over to programs without dsock: exec, SCM_RIGHTS" python3 tests/faults/test_handover.py "$BUILD"
 step "real programs under dsock" tests/apps/run_apps.sh "$BUILD"
+step "real programs across network namespaces: over a bridge, through DNAT (BPF proof, root)" apps_across
 step "integrity soak: native, dsock, dsock going back to the kernel mid-stream, dsock with 10,000 connections, dsock with client ports reused at once (15 s each); 100,000 connections at once" \
 	tests/soak/run.sh "$BUILD" 15
 step "fuzzers: ring reader, control protocol (30 s each)" tests/fuzz/run.sh 30

@@ -7,15 +7,50 @@
 # pgbench), a Java NIO echo.  Each check also asks the daemon whether the program really ran
 # under dsock, and each TCP client's library whether its connections moved
 # bytes through shared memory.
-# Usage: tests/apps/run_apps.sh [BUILD_DIR]   Closing line: "apps: N passed, N failed".
+# PLACE (root only but for loop) puts the servers and the clients in
+# network namespaces of their own, as containers on one host
+# (tests/lib/topo.sh): the client's, the server's and a front's (haproxy),
+# on a Linux bridge; a daemon of the test's own proves their connections
+# by the kernel-recorded proof (DSOCK_BPF_PROOF=1):
+#   loop    every process in this namespace, on 127.0.0.1 and ::1;
+#   bridge  the clients dial the servers' own addresses on the bridge;
+#   dnat    the clients dial service addresses that the host rewrites to
+#           the servers' and masquerades (a published port).
+# Usage: tests/apps/run_apps.sh [BUILD_DIR] [loop|bridge|dnat]
+# Closing line: "apps: N passed, N failed".
 set -u
 BUILD=$(cd "${1:-build}" && pwd)
+PLACE=${2:-loop}
 DSOCK="$BUILD/bin/dsock"
 T=$(mktemp -d /tmp/dsock-apps-XXXXXX)
 chmod 755 "$T"
 export DSOCK_SOCKET="$T/dsockd.sock"
 PASS=0 FAIL=0
 PIDS=()
+. "$(dirname "$0")/../lib/topo.sh"
+NETNS=(dsockAh dsockAc dsockAs dsockAf)
+# SRV, CLI, FRONT: the prefixes that run a command in the server's, the
+# client's and the front's namespace; LISTEN*: the servers' addresses;
+# DIAL*: the addresses the clients dial (FLISTEN, FDIAL: the front's)
+case $PLACE in
+loop)
+	SRV=() CLI=() FRONT=()
+	LISTEN=127.0.0.1 LISTEN6=::1 DIAL=127.0.0.1 DIAL6=::1 FLISTEN=127.0.0.1 FDIAL=127.0.0.1 ;;
+bridge | dnat)
+	if [ "$(id -u)" != 0 ] || ! command -v nft >/dev/null; then
+		echo "skip: real programs across namespaces need root and nft"
+		exit 0
+	fi
+	SRV=(ip netns exec dsockAs) CLI=(ip netns exec dsockAc) FRONT=(ip netns exec dsockAf)
+	LISTEN=10.96.0.3 LISTEN6=fd96::3 FLISTEN=10.96.0.4
+	if [ "$PLACE" = bridge ]; then
+		DIAL=10.96.0.3 DIAL6=fd96::3 FDIAL=10.96.0.4
+	else
+		DIAL=10.96.100.3 DIAL6=fd96:100::3 FDIAL=10.96.100.4
+	fi
+	export DSOCK_BPF_PROOF=1 ;;
+*) echo "unknown place $PLACE"; exit 2 ;;
+esac
 
 cleanup() {
 	# (postgres: an immediate shutdown; it outlives a runuser killed)
@@ -23,45 +58,64 @@ cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
 	[ -f "$T/nginx.pid" ] && kill "$(cat "$T/nginx.pid")" 2>/dev/null
 	sleep 0.3
-	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-	"$DSOCK" stop >/dev/null 2>&1
+	{ for p in "${PIDS[@]}"; do kill -9 "$p"; done; wait "${PIDS[@]}"; } 2>/dev/null
+	stop_proving_daemon "$DSOCK"
+	[ "$PLACE" = loop ] || topo_down "${NETNS[@]}"
 	rm -rf "$T"
 }
 trap cleanup EXIT
+if [ "$PLACE" != loop ]; then
+	topo_up "${NETNS[@]::1}" 10.96 fd96 "${NETNS[@]:1}" || { echo "cannot build the namespaces"; exit 1; }
+fi
 
 ok()   { echo "ok   $1"; PASS=$((PASS + 1)); }
 bad()  { echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/     /' "$2" | tail -15; FAIL=$((FAIL + 1)); }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-# waits for a listener without connecting to it (iperf3 -1 serves one client)
-wait_port() { for _ in $(seq 100); do ss -ltnH "sport = :$1" | grep -q . && return 0; sleep 0.1; done; return 1; }
+# wait_port PORT [front]: waits for a listener in the server's (or the
+# front's) namespace without connecting to it (iperf3 -1 serves one client)
+wait_port() {
+	local pre=("${SRV[@]}")
+	[ "${2:-}" = front ] && pre=("${FRONT[@]}")
+	for _ in $(seq 100); do "${pre[@]}" ss -ltnH "sport = :$1" | grep -q . && return 0; sleep 0.1; done
+	return 1
+}
 # registered COMM: the daemon has seen a process of that name under dsock
 # (live, or among the recently exited)
 registered() { "$DSOCK" stat --raw 2>/dev/null | grep -Eq "^(proc|gone) .*comm=$1( |$)"; }
 need() { command -v "$1" >/dev/null || { bad "$1 is not installed (run scripts/install-test-deps.sh)"; return 1; }; }
-bg() { "$DSOCK" run -- "$@" >"$T/bg.$$.$RANDOM.log" 2>&1 & PIDS+=($!); }
-# run NAME CMD...: runs CMD under dsock; its library reports at exit how many
-# of its connections moved bytes through shared memory (DSOCK_FASTPATH_REPORT)
-run() { local n=$1; shift; DSOCK_FASTPATH_REPORT="$T/fp.$n" "$DSOCK" run -- "$@"; }
+# bg CMD...: a server under dsock, in the background, in the server's
+# namespace (bg_front: the front's); cli CMD...: a client, in the client's
+bg() { "${SRV[@]}" "$DSOCK" run -- "$@" >"$T/bg.$$.$RANDOM.log" 2>&1 & PIDS+=($!); }
+bg_front() { "${FRONT[@]}" "$DSOCK" run -- "$@" >"$T/bg.$$.$RANDOM.log" 2>&1 & PIDS+=($!); }
+cli() { "${CLI[@]}" "$DSOCK" run -- "$@"; }
+# run NAME CMD...: runs CMD as a client under dsock; its library reports at exit
+# how many of its connections moved bytes through shared memory (DSOCK_FASTPATH_REPORT)
+run() { local n=$1; shift; DSOCK_FASTPATH_REPORT="$T/fp.$n" "${CLI[@]}" "$DSOCK" run -- "$@"; }
 # on_shm NAME: connections of the programs run as NAME that used the rings
 on_shm() { [ -s "$T/fp.$1" ] && awk '{ s += $2 } END { print s; exit !(s > 0) }' "$T/fp.$1"; }
 
 "$DSOCK" run -- true || { echo "cannot start dsock"; exit 1; }
+if [ "$PLACE" != loop ] && ! grep -q "kernel-recorded proof on" "$DSOCK_SOCKET.log" 2>/dev/null; then
+	echo "skip: the daemon did not attach its BPF programs: $(tail -c 300 "$DSOCK_SOCKET.log" 2>/dev/null)"
+	exit 0
+fi
+echo "--- $PLACE: servers listen on $LISTEN, $LISTEN6; clients dial $DIAL, $DIAL6"
 
 # ---- sockperf ---------------------------------------------------------------
 if need sockperf; then
 	for proto in tcp udp; do
 		P=$(free_port)
 		flag=$([ $proto = tcp ] && echo --tcp)
-		bg sockperf server $flag -i 127.0.0.1 -p "$P"
+		bg sockperf server $flag -i "$LISTEN" -p "$P"
 		sleep 0.5
-		if run "sp$proto" sockperf ping-pong $flag -i 127.0.0.1 -p "$P" -t 2 -m 64 --mps 5000000 --data-integrity \
+		if run "sp$proto" sockperf ping-pong $flag -i "$DIAL" -p "$P" -t 2 -m 64 --mps 5000000 --data-integrity \
 			>"$T/sp.$proto" 2>&1 && grep -q "Summary: Latency" "$T/sp.$proto" && ! grep -qi "integrity.*fail\|data corruption" "$T/sp.$proto" \
 			&& registered sockperf && { [ $proto = udp ] || on_shm "sp$proto" >/dev/null; }; then
 			ok "sockperf $proto ping-pong --data-integrity ($(grep -o 'Summary: Latency is [0-9.]* usec' "$T/sp.$proto")$([ $proto = tcp ] && echo ", on shared memory"))"
 		else
 			bad "sockperf $proto ping-pong" "$T/sp.$proto"
 		fi
-		if run "st$proto" sockperf throughput $flag -i 127.0.0.1 -p "$P" -t 2 -m 1024 \
+		if run "st$proto" sockperf throughput $flag -i "$DIAL" -p "$P" -t 2 -m 1024 \
 			>"$T/st.$proto" 2>&1 && grep -q "Summary: Message Rate" "$T/st.$proto" \
 			&& { [ $proto = udp ] || on_shm "st$proto" >/dev/null; }; then
 			ok "sockperf $proto throughput ($(grep -o 'Message Rate is [0-9]* \[msg/sec\]' "$T/st.$proto"))"
@@ -74,17 +128,17 @@ fi
 # ---- redis --------------------------------------------------------------------
 if need redis-server && need redis-cli && need redis-benchmark; then
 	P=$(free_port)
-	bg redis-server --port "$P" --bind 127.0.0.1 --save "" --appendonly no --dir "$T"
+	bg redis-server --port "$P" --bind "$LISTEN" --protected-mode no --save "" --appendonly no --dir "$T"
 	if wait_port "$P"; then
 		head -c 100000 /dev/urandom | base64 -w0 >"$T/val"
-		"$DSOCK" run -- redis-cli -p "$P" -x set big <"$T/val" >"$T/rc" 2>&1
-		"$DSOCK" run -- redis-cli -p "$P" --raw get big 2>>"$T/rc" | head -c -1 >"$T/got"
+		cli redis-cli -h "$DIAL" -p "$P" -x set big <"$T/val" >"$T/rc" 2>&1
+		cli redis-cli -h "$DIAL" -p "$P" --raw get big 2>>"$T/rc" | head -c -1 >"$T/got"
 		if cmp -s "$T/val" "$T/got" && registered redis-server && registered redis-cli; then
 			ok "redis-cli set/get 133 KB value byte-exact"
 		else
 			bad "redis-cli set/get" "$T/rc"
 		fi
-		if run redisb redis-benchmark -p "$P" -n 20000 -c 10 -t get,set -q >"$T/rb" 2>&1 \
+		if run redisb redis-benchmark -h "$DIAL" -p "$P" -n 20000 -c 10 -t get,set -q >"$T/rb" 2>&1 \
 			&& [ "$(grep -c 'requests per second' "$T/rb")" = 2 ] && registered redis-benchmark && on_shm redisb >/dev/null; then
 			ok "redis-benchmark get,set ($(tr '\r' '\n' <"$T/rb" | grep -o 'GET: [0-9.]* requests per second'))"
 		else
@@ -112,12 +166,12 @@ http {
 	sendfile on;
 	client_body_temp_path $T/logs; proxy_temp_path $T/logs; fastcgi_temp_path $T/logs;
 	uwsgi_temp_path $T/logs; scgi_temp_path $T/logs;
-	server { listen 127.0.0.1:$P; root $T/www; }
+	server { listen $LISTEN:$P; root $T/www; }
 }
 CONF
-	"$DSOCK" run -- nginx -c "$T/nginx.conf" -p "$T" >"$T/nginx.out" 2>&1
+	"${SRV[@]}" "$DSOCK" run -- nginx -c "$T/nginx.conf" -p "$T" >"$T/nginx.out" 2>&1
 	if wait_port "$P"; then
-		run curl curl -s -o "$T/big.got" "http://127.0.0.1:$P/big.bin" 2>"$T/curl.err"
+		run curl curl -s -o "$T/big.got" "http://$DIAL:$P/big.bin" 2>"$T/curl.err"
 		# one request on a fresh connection: the pairing may land after the
 		# last byte, so the rings are reported here, not required
 		if cmp -s "$T/www/big.bin" "$T/big.got" && registered nginx && registered curl; then
@@ -125,7 +179,7 @@ CONF
 		else
 			bad "curl large file from nginx" "$T/curl.err"
 		fi
-		run wrk wrk -t 2 -c 8 -d 2s "http://127.0.0.1:$P/small.txt" >"$T/wrk" 2>&1
+		run wrk wrk -t 2 -c 8 -d 2s "http://$DIAL:$P/small.txt" >"$T/wrk" 2>&1
 		if grep -q "Requests/sec" "$T/wrk" && ! grep -q "Socket errors\|Non-2xx" "$T/wrk" && registered wrk \
 			&& on_shm wrk >/dev/null; then
 			ok "wrk against nginx, no errors ($(grep Requests/sec "$T/wrk" | tr -s ' '))"
@@ -143,20 +197,20 @@ defaults
 	timeout client 30s
 	timeout server 30s
 frontend fe
-	bind 127.0.0.1:$H
+	bind $FLISTEN:$H
 	default_backend be
 backend be
-	server web 127.0.0.1:$P
+	server web $DIAL:$P
 CONF
-			bg haproxy -f "$T/haproxy.cfg"
-			if wait_port "$H"; then
-				run curlhap curl -s -o "$T/big.hap" "http://127.0.0.1:$H/big.bin" 2>"$T/hap.err"
+			bg_front haproxy -f "$T/haproxy.cfg"
+			if wait_port "$H" front; then
+				run curlhap curl -s -o "$T/big.hap" "http://$FDIAL:$H/big.bin" 2>"$T/hap.err"
 				if cmp -s "$T/www/big.bin" "$T/big.hap" && registered haproxy; then
 					ok "curl 32 MiB through haproxy -> nginx byte-exact ($(on_shm curlhap >/dev/null && echo "on shared memory" || echo "on the kernel"))"
 				else
 					bad "haproxy in front of nginx" "$T/hap.err"
 				fi
-				"$DSOCK" run -- wrk -t 1 -c 4 -d 2s "http://127.0.0.1:$H/small.txt" >"$T/wrk.hap" 2>&1
+				cli wrk -t 1 -c 4 -d 2s "http://$FDIAL:$H/small.txt" >"$T/wrk.hap" 2>&1
 				if grep -q "Requests/sec" "$T/wrk.hap" && ! grep -q "Socket errors\|Non-2xx" "$T/wrk.hap"; then
 					ok "wrk through haproxy -> nginx, no errors"
 				else
@@ -174,9 +228,9 @@ fi
 # ---- iperf3 --------------------------------------------------------------------
 if need iperf3; then
 	P=$(free_port)
-	bg iperf3 -s -1 -p "$P" -B 127.0.0.1
+	bg iperf3 -s -1 -p "$P" -B "$LISTEN"
 	wait_port "$P"
-	if run iperf iperf3 -c 127.0.0.1 -p "$P" -t 2 -P 2 >"$T/iperf" 2>&1 && grep -q "receiver" "$T/iperf" \
+	if run iperf iperf3 -c "$DIAL" -p "$P" -t 2 -P 2 >"$T/iperf" 2>&1 && grep -q "receiver" "$T/iperf" \
 		&& registered iperf3 && on_shm iperf >/dev/null; then
 		ok "iperf3 2 streams ($(grep SUM.*receiver "$T/iperf" | grep -o '[0-9.]* [GM]bits/sec'))"
 	else
@@ -185,21 +239,31 @@ if need iperf3; then
 fi
 
 # ---- Python socket and asyncio echo ---------------------------------------------
+# Each echo program takes a role: both (its own server and client, in one
+# process), serve (a server on ADDR PORT that serves every client) or
+# client (a client of ADDR PORT); across namespaces the server and the
+# client run apart (serve_and_run).
 PY_ECHO='
-import asyncio, hashlib, os, socket, sys, threading
-mode = sys.argv[1]
+import asyncio, os, socket, sys, threading
+mode, role, addr, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 data = os.urandom(4 << 20)
 if mode == "threads":
-    l = socket.socket(socket.AF_INET6); l.bind(("::1", 0)); l.listen()
-    def serve():
-        c, _ = l.accept()
+    def serve(c):
         while True:
             b = c.recv(65536)
             if not b: break
             c.sendall(b)
         c.close()
-    threading.Thread(target=serve, daemon=True).start()
-    s = socket.create_connection(l.getsockname()[:2])
+    if role != "client":
+        l = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET)
+        l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        l.bind((addr, port)); l.listen()
+        if role == "serve":
+            while True:
+                threading.Thread(target=serve, args=(l.accept()[0],), daemon=True).start()
+        threading.Thread(target=lambda: serve(l.accept()[0]), daemon=True).start()
+        port = l.getsockname()[1]
+    s = socket.create_connection((addr, port))
     got = bytearray()
     def reader():
         while len(got) < len(data):
@@ -217,9 +281,13 @@ else:
             w.write(b); await w.drain()
         w.close()
     async def main():
-        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
-        port = srv.sockets[0].getsockname()[1]
-        r, w = await asyncio.open_connection("127.0.0.1", port)
+        global port
+        if role != "client":
+            srv = await asyncio.start_server(handle, addr, port, reuse_address=True)
+            if role == "serve":
+                await srv.serve_forever()
+            port = srv.sockets[0].getsockname()[1]
+        r, w = await asyncio.open_connection(addr, port)
         ok = True
         for i in range(200):
             msg = data[i * 20000:i * 20000 + 1 + (i * 7919) % 65536]
@@ -237,14 +305,31 @@ else:
         print("ok" if ok and got == data else "MISMATCH")
     asyncio.run(main())
 '
+# serve_and_run NAME V6 CMD...: CMD both (loopback), or CMD serve in the
+# server's namespace and CMD client in the client's; V6=6: over IPv6.
+# The client's library reports as NAME; its status is the result.
+serve_and_run() {
+	local name=$1 v6=$2 P
+	shift 2
+	local listen=$LISTEN dial=$DIAL
+	[ "$v6" = 6 ] && listen=$LISTEN6 dial=$DIAL6
+	if [ "$PLACE" = loop ]; then
+		run "$name" "$@" both "$listen" 0
+		return
+	fi
+	P=$(free_port)
+	bg "$@" serve "$listen" "$P"
+	wait_port "$P" || { echo "the server did not start"; return 1; }
+	run "$name" "$@" client "$dial" "$P"
+}
 for mode in threads asyncio; do
 	# the threads case checks concurrency, not speed: its 4 MiB burst may be
 	# over on the kernel before the pairing lands, so the rings are
 	# required for asyncio only, whose conversation pairs first (its burst
 	# alone may finish on the kernel too)
-	if run "py$mode" python3 -c "$PY_ECHO" "$mode" >"$T/py.$mode" 2>&1 && grep -qx ok "$T/py.$mode" \
-		&& { [ "$mode" = threads ] || on_shm "py$mode" >/dev/null; }; then
-		ok "python $mode echo byte-exact ($(on_shm "py$mode" >/dev/null && echo "on shared memory" || echo "on the kernel"))"
+	if serve_and_run "py$mode" "$([ $mode = threads ] && echo 6)" python3 -c "$PY_ECHO" "$mode" >"$T/py.$mode" 2>&1 \
+		&& grep -qx ok "$T/py.$mode" && { [ "$mode" = threads ] || on_shm "py$mode" >/dev/null; }; then
+		ok "python $mode echo byte-exact, IPv$([ $mode = threads ] && echo 6 || echo 4) ($(on_shm "py$mode" >/dev/null && echo "on shared memory" || echo "on the kernel"))"
 	else
 		bad "python $mode echo" "$T/py.$mode"
 	fi
@@ -257,10 +342,16 @@ done
 # io-uring), byte-exact, and none of them uses the rings.
 NODE_ECHO='
 const net = require("net"), crypto = require("crypto");
+const [role, addr, port] = [process.argv[1], process.argv[2], Number(process.argv[3])];
 const data = crypto.randomBytes(4 << 20);
-const srv = net.createServer((c) => c.pipe(c));
-srv.listen(0, "127.0.0.1", async () => {
-  const s = net.connect(srv.address().port, "127.0.0.1");
+let srv = null;
+if (role === "client") client(port);
+else {
+  srv = net.createServer((c) => c.pipe(c));
+  srv.listen(port, addr, () => { if (role === "both") client(srv.address().port); });
+}
+async function client(port) {
+  const s = net.connect(port, addr);
   await new Promise((r) => s.once("connect", r));
   let buf = Buffer.alloc(0), want = 0, wake = null;
   s.on("data", (b) => {
@@ -278,15 +369,16 @@ srv.listen(0, "127.0.0.1", async () => {
   s.write(data);
   ok = ok && (await take(data.length)).equals(data);
   console.log(ok ? "ok" : "MISMATCH");
-  s.end(); srv.close();
-});
+  s.end();
+  if (srv) srv.close();
+}
 '
 if need node; then
 	# (libuv before 1.45 has no io_uring: both runs then use the rings)
 	uv_ring=$(node -e 'const [a, b] = process.versions.uv.split(".").map(Number); console.log(a > 1 || b >= 45 ? 1 : 0)')
 	for uring in 0 1; do
 		want_shm=$([ "$uring" = 1 ] && [ "$uv_ring" = 1 ] && echo 0 || echo 1)
-		if UV_USE_IO_URING=$uring run "node$uring" node -e "$NODE_ECHO" >"$T/node.$uring" 2>&1 \
+		if UV_USE_IO_URING=$uring serve_and_run "node$uring" 4 node -e "$NODE_ECHO" >"$T/node.$uring" 2>&1 \
 			&& grep -qx ok "$T/node.$uring" \
 			&& if [ "$want_shm" = 1 ]; then on_shm "node$uring" >/dev/null; else ! on_shm "node$uring" >/dev/null; fi; then
 			ok "node.js net echo byte-exact, UV_USE_IO_URING=$uring ($([ "$want_shm" = 1 ] && echo "on shared memory" || echo "on the kernel: io_uring"))"
@@ -301,19 +393,19 @@ fi
 # memcaslap's mixed load (its connections must use the rings).
 if need memcached && need memccp && need memccat && need memcaslap; then
 	P=$(free_port)
-	bg memcached -u "$(id -un)" -l 127.0.0.1 -p "$P" -U 0 -m 64 -I 2m
+	bg memcached -u "$(id -un)" -l "$LISTEN" -p "$P" -U 0 -m 64 -I 2m
 	if wait_port "$P"; then
 		mkdir -p "$T/mc"
 		head -c 600000 /dev/urandom >"$T/mc/blob"
-		"$DSOCK" run -- memccp --servers="127.0.0.1:$P" "$T/mc/blob" >"$T/mc.err" 2>&1
+		cli memccp --servers="$DIAL:$P" "$T/mc/blob" >"$T/mc.err" 2>&1
 		# (memccat ends the value with a newline)
-		"$DSOCK" run -- memccat --servers="127.0.0.1:$P" blob 2>>"$T/mc.err" | head -c -1 >"$T/mc/got"
+		cli memccat --servers="$DIAL:$P" blob 2>>"$T/mc.err" | head -c -1 >"$T/mc/got"
 		if cmp -s "$T/mc/blob" "$T/mc/got" && registered memcached; then
 			ok "memccp/memccat 600 KB value byte-exact"
 		else
 			bad "memccp/memccat" "$T/mc.err"
 		fi
-		if run mcslap memcaslap -s "127.0.0.1:$P" -T 1 -c 16 -t 2s >"$T/mcslap" 2>&1 \
+		if run mcslap memcaslap -s "$DIAL:$P" -T 1 -c 16 -t 2s >"$T/mcslap" 2>&1 \
 			&& grep -q "TPS:" "$T/mcslap" && on_shm mcslap >/dev/null; then
 			ok "memcaslap 16 connections ($(grep -o 'TPS: [0-9]*' "$T/mcslap" | tail -1), on shared memory)"
 		else
@@ -329,7 +421,9 @@ fi
 # the pairing is made by the backend once the postmaster closed its copy.
 # 2 MB of text through COPY and back, byte-exact, then pgbench's read-only
 # load, whose connections must use the rings.  PostgreSQL refuses to run as
-# root, so as root it runs as the postgres user, with a daemon of its own.
+# root, so as root it runs as the postgres user, with a daemon of its own
+# (across namespaces with the test's proving daemon, which serves every
+# user).
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 if [ -z "$PGBIN" ]; then
 	bad "PostgreSQL is not installed (run scripts/install-test-deps.sh)"
@@ -341,15 +435,20 @@ elif need pgbench && need psql; then
 		chown postgres "$PGD"
 		AS=(runuser -u postgres --)
 	fi
-	pg() { "${AS[@]}" env DSOCK_SOCKET="$PGD/dsockd.sock" "$@"; }
+	PGSOCK=$PGD/dsockd.sock
+	[ "$PLACE" = loop ] || PGSOCK=$DSOCK_SOCKET
+	# pg: as postgres in the client's namespace; pg_srv: in the server's
+	pg() { "${CLI[@]}" "${AS[@]}" env DSOCK_SOCKET="$PGSOCK" "$@"; }
+	pg_srv() { "${SRV[@]}" "${AS[@]}" env DSOCK_SOCKET="$PGSOCK" "$@"; }
 	P=$(free_port)
-	pg "$PGBIN/initdb" -D "$PGD/data" -A trust -U postgres >"$T/pg.init" 2>&1
-	pg "$DSOCK" run -- "$PGBIN/postgres" -D "$PGD/data" -h 127.0.0.1 -p "$P" -k "$PGD" -c fsync=off \
+	pg_srv "$PGBIN/initdb" -D "$PGD/data" -A trust -U postgres >"$T/pg.init" 2>&1
+	echo "host all all 0.0.0.0/0 trust" >>"$PGD/data/pg_hba.conf"
+	pg_srv "$DSOCK" run -- "$PGBIN/postgres" -D "$PGD/data" -h "$LISTEN" -p "$P" -k "$PGD" -c fsync=off \
 		>"$T/pg.log" 2>&1 &
 	PIDS+=($!)
 	if wait_port "$P"; then
-		for _ in $(seq 50); do pg "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$P" && break; sleep 0.1; done
-		Q=(-h 127.0.0.1 -p "$P" -U postgres -X -q postgres)
+		for _ in $(seq 50); do pg "$PGBIN/pg_isready" -q -h "$DIAL" -p "$P" && break; sleep 0.1; done
+		Q=(-h "$DIAL" -p "$P" -U postgres -X -q postgres)
 		head -c 1500000 /dev/urandom | base64 >"$PGD/in.txt"
 		chmod a+r "$PGD/in.txt"
 		pg "$DSOCK" run -- psql "${Q[@]}" -c "create table t (id serial, v text)" >"$T/pg.out" 2>&1
@@ -373,8 +472,8 @@ elif need pgbench && need psql; then
 	else
 		bad "postgres did not start" "$T/pg.log"
 	fi
-	pg "$PGBIN/pg_ctl" -D "$PGD/data" -m fast -w stop >/dev/null 2>&1
-	pg "$DSOCK" stop >/dev/null 2>&1
+	pg_srv "$PGBIN/pg_ctl" -D "$PGD/data" -m fast -w stop >/dev/null 2>&1
+	[ "$PLACE" = loop ] && pg "$DSOCK" stop >/dev/null 2>&1
 fi
 
 # ---- Java -------------------------------------------------------------------------
@@ -389,45 +488,57 @@ import java.util.*;
 // A NIO Selector echo server (epoll underneath) and a blocking client
 // with a reader thread: an echo conversation, then 4 MiB in one write.
 public class EchoTest {
-    public static void main(String[] a) throws Exception {
-        Selector sel = Selector.open();
-        ServerSocketChannel srv = ServerSocketChannel.open();
-        srv.bind(new InetSocketAddress("127.0.0.1", 0));
-        srv.configureBlocking(false);
-        srv.register(sel, SelectionKey.OP_ACCEPT);
-        int port = ((InetSocketAddress) srv.getLocalAddress()).getPort();
-        Thread server = new Thread(() -> {
-            try {
-                ByteBuffer buf = ByteBuffer.allocate(65536);
-                while (true) {
-                    sel.select();
-                    Iterator<SelectionKey> it = sel.selectedKeys().iterator();
-                    while (it.hasNext()) {
-                        SelectionKey k = it.next();
-                        it.remove();
-                        if (k.isAcceptable()) {
-                            SocketChannel c = srv.accept();
-                            c.configureBlocking(false);
-                            c.register(sel, SelectionKey.OP_READ);
-                        } else if (k.isReadable()) {
-                            SocketChannel c = (SocketChannel) k.channel();
-                            buf.clear();
-                            int n = c.read(buf);
-                            if (n < 0) { c.close(); return; }
-                            buf.flip();
-                            while (buf.hasRemaining()) {
-                                if (c.write(buf) == 0) Thread.onSpinWait();
-                            }
+    // serves on sel until the first client leaves (forever: every client)
+    static void serve(Selector sel, ServerSocketChannel srv, boolean forever) {
+        try {
+            ByteBuffer buf = ByteBuffer.allocate(65536);
+            while (true) {
+                sel.select();
+                Iterator<SelectionKey> it = sel.selectedKeys().iterator();
+                while (it.hasNext()) {
+                    SelectionKey k = it.next();
+                    it.remove();
+                    if (k.isAcceptable()) {
+                        SocketChannel c = srv.accept();
+                        if (c == null) continue;
+                        c.configureBlocking(false);
+                        c.register(sel, SelectionKey.OP_READ);
+                    } else if (k.isReadable()) {
+                        SocketChannel c = (SocketChannel) k.channel();
+                        buf.clear();
+                        int n = c.read(buf);
+                        if (n < 0) { c.close(); if (forever) continue; return; }
+                        buf.flip();
+                        while (buf.hasRemaining()) {
+                            if (c.write(buf) == 0) Thread.onSpinWait();
                         }
                     }
                 }
-            } catch (IOException e) { e.printStackTrace(); }
-        });
-        server.setDaemon(true);
-        server.start();
+            }
+        } catch (IOException e) { e.printStackTrace(); }
+    }
+
+    public static void main(String[] a) throws Exception {
+        String role = a[0], addr = a[1];
+        int port = Integer.parseInt(a[2]);
+        if (!role.equals("client")) {
+            Selector sel = Selector.open();
+            ServerSocketChannel srv = ServerSocketChannel.open();
+            srv.bind(new InetSocketAddress(addr, port));
+            srv.configureBlocking(false);
+            srv.register(sel, SelectionKey.OP_ACCEPT);
+            port = ((InetSocketAddress) srv.getLocalAddress()).getPort();
+            if (role.equals("serve")) {
+                serve(sel, srv, true);
+                return;
+            }
+            Thread server = new Thread(() -> serve(sel, srv, false));
+            server.setDaemon(true);
+            server.start();
+        }
         byte[] data = new byte[4 << 20];
         new Random(7).nextBytes(data);
-        Socket s = new Socket("127.0.0.1", port);
+        Socket s = new Socket(addr, port);
         s.setTcpNoDelay(true);
         OutputStream out = s.getOutputStream();
         DataInputStream in = new DataInputStream(s.getInputStream());
@@ -455,7 +566,7 @@ public class EchoTest {
 if need java; then
 	mkdir -p "$T/java"
 	printf '%s\n' "$JAVA_ECHO" >"$T/java/EchoTest.java"
-	if run java java "$T/java/EchoTest.java" >"$T/java.out" 2>&1 && grep -qx ok "$T/java.out" \
+	if serve_and_run java 4 java "$T/java/EchoTest.java" >"$T/java.out" 2>&1 && grep -qx ok "$T/java.out" \
 		&& on_shm java >/dev/null; then
 		ok "java NIO echo byte-exact (on shared memory)"
 	else

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The conformance suite's TCP scenarios with client and server in two
 # network namespaces, natively and under dsock (root only).  It builds a
-# host of its own as Docker's default bridge network is built: a namespace
-# "host" with a Linux bridge, two "containers" each joined to it by a veth
-# pair, and in the host a DNAT rule for a service address (kube-proxy's
-# ClusterIP form: address rewritten, port kept) with the masquerade that
-# lets a container reach another through it.  The scenarios run in the
+# host of its own as Docker's default bridge network is built
+# (tests/lib/topo.sh): a namespace "host" with a Linux bridge, two
+# "containers" each joined to it by a veth pair, and in the host a DNAT
+# rule for each one's service address with the masquerade that lets a
+# container reach another through it.  The scenarios run in the
 # client's namespace; fam_server makes their listeners in the server's
 # (tests/conformance/rec.c):
 #   bridge  the client dials the server's own address on the bridge
@@ -27,18 +27,11 @@ H=dsockCh C=dsockCc S=dsockCs
 TMP=$(mktemp -d /tmp/dsock-across-XXXXXX)
 export DSOCK_SOCKET=$TMP/d.sock DSOCK_BPF_PROOF=1
 
+. "$(dirname "$0")/../lib/topo.sh"
+
 cleanup() {
-	local pid
-	pid=$(awk '{print $1; exit}' "$DSOCK_SOCKET.lock" 2>/dev/null)
-	"$BUILD/bin/dsock" stop >/dev/null 2>&1
-	# the daemon's BPF links go with it: wait, so that no second proving
-	# daemon ever overlaps this one
-	for _ in $(seq 100); do
-		[ -n "$pid" ] && [ -d /proc/$pid ] || break
-		sleep 0.05
-	done
-	[ -n "$pid" ] && [ -d /proc/$pid ] && kill -9 "$pid"
-	for n in $H $C $S; do ip netns del $n 2>/dev/null; done
+	stop_proving_daemon "$BUILD/bin/dsock"
+	topo_down $H $C $S
 	rm -rf "$TMP"
 }
 
@@ -46,43 +39,8 @@ if [ "$(id -u)" != 0 ] || ! command -v nft >/dev/null; then
 	echo "skip: the suite across namespaces needs root and nft"
 	exit 0
 fi
-for n in $H $C $S; do ip netns del $n 2>/dev/null; done
 trap cleanup EXIT
-
-set -e
-for n in $H $C $S; do ip netns add $n; done
-ip -n $H link add br0 type bridge
-ip -n $H addr add 10.98.0.1/24 dev br0
-ip -n $H addr add fd98::1/64 dev br0 nodad
-ip -n $H link set br0 up
-ip -n $H link set lo up
-ip netns exec $H sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
-i=2
-for n in $C $S; do
-	ip link add veth$n netns $H type veth peer name eth0 netns $n
-	ip -n $H link set veth$n master br0 up
-	ip -n $n addr add 10.98.0.$i/24 dev eth0
-	ip -n $n addr add fd98::$i/64 dev eth0 nodad
-	ip -n $n link set eth0 up
-	ip -n $n link set lo up
-	ip -n $n route add default via 10.98.0.1
-	ip -n $n -6 route add default via fd98::1
-	i=$((i + 1))
-done
-ip netns exec $H nft -f - <<'EOF'
-table inet dsockconf {
-	chain pre {
-		type nat hook prerouting priority dstnat;
-		ip daddr 10.98.100.3 dnat ip to 10.98.0.3
-		ip6 daddr fd98:100::3 dnat ip6 to fd98::3
-	}
-	chain post {
-		type nat hook postrouting priority srcnat;
-		ct status dnat masquerade
-	}
-}
-EOF
-set +e
+topo_up $H 10.98 fd98 $C $S || { echo "cannot build the namespaces"; exit 1; }
 
 # the daemon, started by a first `dsock run` in the machine's own
 # namespaces (`ip netns exec` remounts /sys, hiding the cgroup-v2 root it
