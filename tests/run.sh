@@ -9,7 +9,9 @@
 #   two network namespaces, over a bridge and through DNAT) and its harness
 #   self-tests; the daemon and CLI; faults and resource exhaustion; the
 #   proof across network namespaces (BPF: veth, DNAT, two tenants); a
-#   connection handed to programs without dsock (exec, SCM_RIGHTS); real
+#   forged claims against it (a replayed nonce over a raw socket,
+#   TCP_REPAIR); a connection handed to programs without dsock (exec,
+#   SCM_RIGHTS); real
 #   programs under dsock, on loopback and across network namespaces (a
 #   bridge, DNAT); the integrity soak; the fuzzers (short runs).
 # Usage: tests/run.sh [BUILD_DIR]
@@ -174,6 +176,7 @@ step "faults: SIGKILL, dsockd restart, hostile peer, namespaces, killed peers" p
 step "resources: EMFILE, mmap failure, memory limit, fork storm" python3 tests/faults/test_resources.py "$BUILD"
 step "proof across namespaces: veth, DNAT, two tenants with identical addresses (BPF, root)" \
 	python3 tests/faults/test_proof.py "$BUILD"
+step "forged claims across namespaces: a replayed nonce, TCP_REPAIR (BPF, root)" python3 tests/faults/test_forge.py "$BUILD"
 step "hand-over to programs without dsock: exec, SCM_RIGHTS" python3 tests/faults/test_handover.py "$BUILD"
 step "real programs under dsock" tests/apps/run_apps.sh "$BUILD"
 step "real programs across network namespaces: over a bridge, through DNAT (BPF proof, root)" apps_across

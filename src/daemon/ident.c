@@ -2,7 +2,10 @@
  * from the object built into dsockd, the per-boot SipHash key comes from
  * getrandom, and the three programs are attached by bpf_link at the
  * cgroup-v2 root, so every socket on the host (containers included) runs
- * them; the links go when this daemon does.  Only this process holds a
+ * them; the links go when this daemon does, and links detached under it
+ * (root's BPF_LINK_DETACH, seen every DSOCK_BPF_WATCH_MS, or at once on
+ * SIGHUP) are made again: until then new connections have no record and
+ * stay on the kernel.  Only this process holds a
  * writable fd of the record map: a forged record could pair one tenant's
  * socket with another's.  One proving daemon per host: a second one finds
  * the first one's sockops program attached at the root and stays off
@@ -22,6 +25,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 extern const unsigned char dsock_ident_bpf_start[], dsock_ident_bpf_end[];
@@ -30,6 +34,8 @@ static const char *const prog_names[] = { "dsock_sockops", "dsock_setsockopt", "
 static struct bpf_object *obj;
 static struct bpf_link *links[3];
 static int rec_map = -1;
+static int cgroup_fd = -1;
+static long long watch_ms = 2000, watch_next; /* (0: no watch) */
 
 /* libbpf's messages, warnings only, into the daemon's log */
 __attribute__((format(printf, 2, 0)))
@@ -89,6 +95,47 @@ static int ours_attached(int cg)
 	return found;
 }
 
+static void unlink_all(void)
+{
+	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
+		bpf_link__destroy(links[i]);
+		links[i] = NULL;
+	}
+}
+
+/* A link of ours that no longer holds its cgroup (detached by force, or
+ * the cgroup gone). */
+static int detached(struct bpf_link *l)
+{
+	struct bpf_link_info info;
+	__u32 len = sizeof(info);
+
+	memset(&info, 0, sizeof(info));
+	if (!l || bpf_obj_get_info_by_fd(bpf_link__fd(l), &info, &len))
+		return 1;
+	return info.type == BPF_LINK_TYPE_CGROUP && !info.cgroup.cgroup_id;
+}
+
+/* The three links at the cgroup root, unless another daemon's programs
+ * are there. */
+static int link_all(void)
+{
+	int r;
+
+	if (ours_attached(cgroup_fd))
+		return -EEXIST;
+	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
+		struct bpf_program *p = bpf_object__find_program_by_name(obj, prog_names[i]);
+		links[i] = p ? bpf_program__attach_cgroup(p, cgroup_fd) : NULL;
+		if (!links[i]) {
+			r = -errno ? -errno : -ENOENT;
+			unlink_all();
+			return r;
+		}
+	}
+	return 0;
+}
+
 static int attach(void)
 {
 	struct { __u64 k0, k1; } key;
@@ -115,20 +162,9 @@ static int attach(void)
 		return r;
 	if ((cg = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return -errno;
-	if (ours_attached(cg)) {
-		close(cg);
-		return -EEXIST;
-	}
-	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
-		struct bpf_program *p = bpf_object__find_program_by_name(obj, prog_names[i]);
-		links[i] = p ? bpf_program__attach_cgroup(p, cg) : NULL;
-		if (!links[i]) {
-			r = -errno ? -errno : -ENOENT;
-			close(cg);
-			return r;
-		}
-	}
-	close(cg);
+	cgroup_fd = cg;
+	if ((r = link_all()))
+		return r;
 	rec_map = bpf_map__fd(m);
 	DSOCK_INFO("kernel-recorded proof on: BPF programs attached at %s", root);
 	return 0;
@@ -136,11 +172,13 @@ static int attach(void)
 
 int dd_ident_start(void)
 {
-	const char *e = getenv("DSOCK_BPF_PROOF");
+	const char *e = getenv("DSOCK_BPF_PROOF"), *w = getenv("DSOCK_BPF_WATCH_MS");
 	int r;
 
 	if (!e || strcmp(e, "1"))
 		return 0;
+	if (w && *w)
+		watch_ms = atoll(w) > 0 ? atoll(w) : 0;
 	libbpf_set_print(quiet);
 	if ((r = attach())) {
 		DSOCK_WARN("kernel-recorded proof off: %s%s; pairing keeps to one network namespace",
@@ -163,15 +201,45 @@ int dd_ident_read(int fd, struct dsock_ident_rec *out)
 	return bpf_map_lookup_elem(rec_map, &fd, out) ? -errno : 0;
 }
 
+int dd_ident_watch(int now)
+{
+	struct timespec ts;
+	long long now_ms;
+	int gone = 0, r;
+
+	if (rec_map < 0 || (!now && !watch_ms))
+		return -1;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now_ms = ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+	if (!now && now_ms < watch_next)
+		return (int)(watch_next - now_ms);
+	watch_next = now_ms + watch_ms;
+	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
+		gone += detached(links[i]);
+	if (gone) {
+		/* all three again: a socket must meet either all or none */
+		unlink_all();
+		if ((r = link_all())) {
+			DSOCK_WARN("kernel-recorded proof off: %d of its programs were detached, and attaching them again "
+				   "failed: %s", gone, r == -EEXIST ? "another daemon's programs are attached" : strerror(-r));
+			dd_ident_stop();
+			return -1;
+		}
+		DSOCK_WARN("kernel-recorded proof: %d of its programs were detached under the daemon; attached again "
+			   "(connections made meanwhile stay on the kernel)", gone);
+	}
+	return watch_ms ? (int)watch_ms : -1;
+}
+
 void dd_ident_stop(void)
 {
-	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
-		bpf_link__destroy(links[i]);
-		links[i] = NULL;
-	}
+	unlink_all();
 	bpf_object__close(obj);
 	obj = NULL;
 	rec_map = -1;
+	if (cgroup_fd >= 0)
+		close(cgroup_fd);
+	cgroup_fd = -1;
 }
 
 #else /* built without libbpf's headers or clang's BPF target */
@@ -195,6 +263,12 @@ int dd_ident_read(int fd, struct dsock_ident_rec *out)
 	(void)fd;
 	(void)out;
 	return -ENOSYS;
+}
+
+int dd_ident_watch(int now)
+{
+	(void)now;
+	return -1;
 }
 
 void dd_ident_stop(void)

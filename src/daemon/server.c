@@ -567,7 +567,9 @@ int dd_serve(int lfd, const struct dd_config *cfg)
 	int behind = 0;
 	while (!stop) {
 		struct epoll_event evs[64];
-		int t = dd_pairing_tick(behind);
+		int t = dd_pairing_tick(behind), w = dd_ident_watch(0);
+		if (w >= 0 && (t < 0 || w < t))
+			t = w;
 		/* outboxes that wait for fds in flight are tried every few ms */
 		if (nbacklogged && (t < 0 || t > OUT_RETRY_MS))
 			t = OUT_RETRY_MS;
@@ -582,7 +584,11 @@ int dd_serve(int lfd, const struct dd_config *cfg)
 				on_accept(lfd);
 			} else if (slot == SLOT_SIGNALS) {
 				struct signalfd_siginfo si;
-				if (read(sfd, &si, sizeof(si)) == sizeof(si) && si.ssi_signo != SIGHUP) {
+				if (read(sfd, &si, sizeof(si)) != sizeof(si))
+					continue;
+				if (si.ssi_signo == SIGHUP) { /* a look at the programs, at once */
+					dd_ident_watch(1);
+				} else {
 					DSOCK_INFO("signal %u: shutting down", si.ssi_signo);
 					stop = 1;
 				}
