@@ -141,7 +141,7 @@ def sh(cmd):
     return subprocess.run(cmd, shell=True, capture_output=True, text=True)
 
 
-def start(ns, code, *args, plain=False, container=False, nodaemon=False, cgroup=None):
+def start(ns, code, *args, plain=False, container=False, nodaemon=False, cgroup=None, env=None):
     pre = ["ip", "netns", "exec", ns] if ns else []
     if cgroup:  # in that cgroup (a directory under the cgroup-v2 root) from its start
         # (before `ip netns exec`, whose fresh /sys shows no cgroup mount)
@@ -149,7 +149,7 @@ def start(ns, code, *args, plain=False, container=False, nodaemon=False, cgroup=
     if container:  # its own mount and PID namespaces too (it is pid 1 there)
         pre += ["unshare", "--mount", "--pid", "--fork", "--mount-proc"]
     run = [] if plain else [DSOCK, "run", "--no-daemon", "--"] if nodaemon else [DSOCK, "run", "--"]
-    p = subprocess.Popen(pre + run + [PY, "-c", code, *map(str, args)], env=ENV, stdin=subprocess.PIPE,
+    p = subprocess.Popen(pre + run + [PY, "-c", code, *map(str, args)], env=dict(ENV, **(env or {})), stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     procs.append(p)
     return p

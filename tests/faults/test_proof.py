@@ -50,7 +50,8 @@ and removes:
      namespace a rule denies, and a server in a cgroup a rule denies, stay
      on the kernel (denied-by-rule), every byte echoed; namespaces no rule
      names pair; a rule naming a namespace that does not exist stops the
-     daemon with its message.
+     daemon with its message; 12b. a client whose own rules (DSOCK_RULES)
+     deny the server's port: not marked at all (no record), on the kernel.
 Every client also tries to write its own record (setsockopt
 DSOCK_IDENTITY): refused, the record unchanged.
 
@@ -290,6 +291,17 @@ def main():
         end(cli, srv)
         s6, c6 = exchange("12. namespaces no rule names", "dsockT1b", "dsockT1a", "10.50.0.3", "10.50.0.3", 9032, "W")
         end(c6, s6)
+        # 12b. a client whose own rules keep the server's port on the
+        # kernel: its socket is not even marked (no cost in the handshake)
+        srv = start("dsockT1b", SERVER, "10.50.0.3", 9033, "L")
+        cli = start("dsockT1a", CLIENT, "10.50.0.3", 9033, "L", 0, env={"DSOCK_RULES": "deny port 9033"}) \
+            if line(srv) == "ready" else None
+        out = line(cli).split() if cli else []
+        rows = paths(cli.pid) if cli else []
+        check("12b. the client's own rules deny the port: no mark, no record, on the kernel (denied-by-rule)",
+              out == ["ok", "no-record"] and rows and all("path=kernel" in l and "reason=denied-by-rule" in l
+                                                          for l in rows), (out, rows))
+        end(cli, srv)
         log = open(SOCK + ".log").read() if os.path.exists(SOCK + ".log") else ""
         stop_daemon()
         check("12. a bad rule: the daemon says so and does not serve",

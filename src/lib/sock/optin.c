@@ -6,10 +6,16 @@
  * profile).  Its handshake then carries a nonce, and the daemon can prove
  * the connection's two ends across network namespaces and NAT.  Loopback
  * connections stay in one namespace, where the addresses prove them, so
- * they skip the mark and its cost in the handshake.  Where no daemon has
+ * they skip the mark and its cost in the handshake, and so do the
+ * connections the process's rules keep on the kernel (judged by the
+ * address known then: the peer's at connect, the local one at listen;
+ * where the other address would have changed the verdict, a connection
+ * is marked for nothing, or left unmarked and pairs within its namespace
+ * only).  Where no daemon has
  * the programs attached the kernel answers ENOPROTOOPT, and the process
  * asks again only after a while. */
 #include "lib/sock/sock.h"
+#include "lib/base/proc.h"
 #include "lib/base/clock.h"
 #include "lib/base/real.h"
 #include "common/ident.h"
@@ -33,16 +39,24 @@ static int loopback(const struct sockaddr *a)
 	return 1;
 }
 
-void dsock_optin(int fd, const struct sockaddr *a)
+/* a is the peer's address (connect) or the local one (listen) */
+static void optin(int fd, const struct sockaddr *a, int peer)
 {
-	int one = 1, e = errno;
+	int one = 1, e = errno, rule;
 	int64_t now;
 
 	if (!a || loopback(a) || (now = dsock_mono_ns()) < atomic_load_explicit(&absent_until, memory_order_relaxed))
 		return;
+	if (!dsock_rules_conn_allowed(&dsock_proc.rules, peer ? NULL : a, peer ? a : NULL, &rule))
+		return;
 	if (dsock_real.setsockopt(fd, DSOCK_SOL, DSOCK_OPTIN, &one, sizeof(one)) < 0 && errno == ENOPROTOOPT)
 		atomic_store_explicit(&absent_until, now + ABSENT_RETRY_NS, memory_order_relaxed);
 	errno = e; /* the application's call reports its own */
+}
+
+void dsock_optin(int fd, const struct sockaddr *a)
+{
+	optin(fd, a, 1);
 }
 
 void dsock_optin_listener(int fd)
@@ -54,6 +68,6 @@ void dsock_optin_listener(int fd)
 	if (dsock_mono_ns() < atomic_load_explicit(&absent_until, memory_order_relaxed))
 		return;
 	if (dsock_real.getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
-		dsock_optin(fd, (struct sockaddr *)&ss);
+		optin(fd, (struct sockaddr *)&ss, 0);
 	errno = e;
 }
