@@ -62,7 +62,7 @@ for mode in $MODES; do
 	mkdir -p "$TMP/$mode"
 	ip netns exec $C env CONF_SERVER_NETNS=/run/netns/$S CONF_SERVER_ADDR4=10.98.0.3 CONF_SERVER_ADDR6=fd98::3 \
 		CONF_DIAL4=$dial4 CONF_DIAL6=$dial6 DSOCK_FASTPATH=1 \
-		"$BUILD/tests/conformance" -j 2 -f $only -r "$TMP/$mode" -m 90 -w "$BUILD/bin/dsock run --" \
+		"$BUILD/tests/conformance" -j "${DSOCK_TEST_JOBS:-8}" -f $only -r "$TMP/$mode" -m 90 -w "$BUILD/bin/dsock run --" \
 		"$BUILD/tests/conf-scen" || rc=1
 done
 exit $rc
