@@ -15,7 +15,7 @@ int dsock_socket_path(char *buf, size_t n)
 	if (env && *env)
 		len = snprintf(buf, n, "%s", env);
 	else if (geteuid() == 0)
-		len = snprintf(buf, n, "/run/dsock/dsockd.sock");
+		len = snprintf(buf, n, "%s", DSOCK_HOST_SOCKET);
 	else if (xdg && *xdg == '/')
 		len = snprintf(buf, n, "%s/dsock/dsockd.sock", xdg);
 	else

@@ -8,6 +8,10 @@
 
 #include <stddef.h>
 
+/* The host's daemon's socket (root's default): the one containers reach
+ * bind-mounted, and the daemon that proves by BPF unless told not to. */
+#define DSOCK_HOST_SOCKET "/run/dsock/dsockd.sock"
+
 /* Returns 0 or -ENAMETOOLONG. */
 int dsock_socket_path(char *buf, size_t n);
 

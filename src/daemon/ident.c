@@ -13,6 +13,7 @@
  * EEXIST, and their records would not match). */
 #include "daemon/ident.h"
 #include "common/log.h"
+#include "common/paths.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -170,20 +171,35 @@ static int attach(void)
 	return 0;
 }
 
-int dd_ident_start(void)
+/* Asked (DSOCK_BPF_PROOF=1): 1; told not to (any other value): 0; by
+ * default the host's daemon proves and a private one does not. */
+static int wanted(const char *socket_path)
+{
+	const char *e = getenv("DSOCK_BPF_PROOF");
+
+	if (e && *e)
+		return !strcmp(e, "1");
+	return !strcmp(socket_path, DSOCK_HOST_SOCKET);
+}
+
+int dd_ident_start(const char *socket_path)
 {
 	const char *e = getenv("DSOCK_BPF_PROOF"), *w = getenv("DSOCK_BPF_WATCH_MS");
-	int r;
+	int asked = e && !strcmp(e, "1"), r;
 
-	if (!e || strcmp(e, "1"))
+	if (!wanted(socket_path))
 		return 0;
 	if (w && *w)
 		watch_ms = atoll(w) > 0 ? atoll(w) : 0;
 	libbpf_set_print(quiet);
 	if ((r = attach())) {
-		DSOCK_WARN("kernel-recorded proof off: %s%s; pairing keeps to one network namespace",
-			   r == -EEXIST ? "another daemon's programs are attached on this host" : "cannot load its BPF programs: ",
-			   r == -EEXIST ? "" : strerror(-r));
+		/* (a warning when asked; by default, where it cannot, a note) */
+		const char *why = r == -EEXIST ? "another daemon's programs are attached on this host" : strerror(-r);
+		if (asked)
+			DSOCK_WARN("kernel-recorded proof off: %s; pairing keeps to one network namespace", why);
+		else
+			DSOCK_INFO("kernel-recorded proof off: %s; pairing keeps to one network namespace "
+				   "(DSOCK_BPF_PROOF=0: do not try)", why);
 		dd_ident_stop();
 	}
 	return r;
@@ -244,10 +260,11 @@ void dd_ident_stop(void)
 
 #else /* built without libbpf's headers or clang's BPF target */
 
-int dd_ident_start(void)
+int dd_ident_start(const char *socket_path)
 {
 	const char *e = getenv("DSOCK_BPF_PROOF");
 
+	(void)socket_path;
 	if (e && !strcmp(e, "1"))
 		DSOCK_WARN("kernel-recorded proof off: dsockd was built without BPF (libbpf-dev, clang)");
 	return e && !strcmp(e, "1") ? -ENOSYS : 0;

@@ -7,10 +7,12 @@
 
 #include "common/ident.h"
 
-/* Loads and attaches the programs when DSOCK_BPF_PROOF=1 (root, or
- * CAP_BPF + CAP_NET_ADMIN).  0, or -errno (then the proof is off and
- * pairing keeps to one network namespace); logged either way. */
-int dd_ident_start(void);
+/* Loads and attaches the programs (root, or CAP_BPF + CAP_NET_ADMIN) when
+ * DSOCK_BPF_PROOF=1, or by default for the host's daemon (socket_path
+ * DSOCK_HOST_SOCKET; DSOCK_BPF_PROOF=0: never).  0, or -errno (then the
+ * proof is off and pairing keeps to one network namespace); logged
+ * either way. */
+int dd_ident_start(const char *socket_path);
 /* 1 while the programs are attached by this daemon. */
 int dd_ident_on(void);
 /* The record of socket fd: 0, -ENOENT (none), -ENOSYS (the proof is off). */

@@ -219,7 +219,7 @@ int main(int argc, char **argv)
 	}
 	if (dd_policy_count())
 		DSOCK_INFO("pairing rules: %d", dd_policy_count());
-	dd_ident_start();
+	dd_ident_start(path);
 	rc = dd_serve(lfd, &cfg);
 	dd_ident_stop();
 	unlink(path);

@@ -174,19 +174,20 @@ def wait_path(who, path, secs=5, n=1):
 
 
 def exchange(name, srv_ns, cli_ns, srv_addr, dial, port, tag, sport=0, plain_server=False, want="shm", dport=0,
-             rec=None, tfo=False, why=None, defer=False):
+             rec=None, tfo=False, why=None, defer=False, env=None):
     """A server in srv_ns and a client in cli_ns, 400 tagged echoes; both
     ends on `want` afterwards, the client's record `rec` (by default:
     none on loopback, complete on shm, else half).  The processes, for a
     caller to end.  tfo: the listener takes TCP Fast Open, the client
     connects by it; why: the reason each end on the kernel must show;
-    defer: the listener takes TCP_DEFER_ACCEPT."""
+    defer: the listener takes TCP_DEFER_ACCEPT; env: the client's extra
+    variables."""
     srv = start(srv_ns, SERVER, srv_addr, port, tag, *(["tfo"] if tfo else ["defer"] if defer else []),
                 plain=plain_server)
     if line(srv) != "ready":
         check(name + ": server starts", False)
         return srv, None
-    cli = start(cli_ns, CLIENT, dial, dport or port, tag, sport, *(["tfo"] if tfo else []))
+    cli = start(cli_ns, CLIENT, dial, dport or port, tag, sport, *(["tfo"] if tfo else []), env=env)
     out = line(cli).split()
     check(name + ": every byte echoed, by its own server", out[:1] == ["ok"], out)
     rec = rec or ("no-record" if dial.startswith("127.") else "complete" if want == "shm" else "half")

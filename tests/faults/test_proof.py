@@ -51,7 +51,12 @@ and removes:
      on the kernel (denied-by-rule), every byte echoed; namespaces no rule
      names pair; a rule naming a namespace that does not exist stops the
      daemon with its message; 12b. a client whose own rules (DSOCK_RULES)
-     deny the server's port: not marked at all (no record), on the kernel.
+     deny the server's port: not marked at all (no record), on the kernel;
+     12c. a client dialling an address that is not private: not marked by
+     default (no record, the kernel), marked with DSOCK_PROOF_MARK=all (on
+     shm);
+ 13. the host's daemon (root's default socket, in a mount namespace with a
+     /run of its own) proves by default, and not with DSOCK_BPF_PROOF=0.
 Every client also tries to write its own record (setsockopt
 DSOCK_IDENTITY): refused, the record unchanged.
 
@@ -302,6 +307,16 @@ def main():
               out == ["ok", "no-record"] and rows and all("path=kernel" in l and "reason=denied-by-rule" in l
                                                           for l in rows), (out, rows))
         end(cli, srv)
+        # 12c. a connection to an address that is not private: not marked
+        # by default (no option on a SYN that may leave the host), marked
+        # with DSOCK_PROOF_MARK=all
+        sh("ip -n dsockT1a addr add 198.51.100.2/24 dev dt1a; ip -n dsockT1b addr add 198.51.100.3/24 dev dt1b")
+        s7, c7 = exchange("12c. to a public address", "dsockT1b", "dsockT1a", "0.0.0.0", "198.51.100.3", 9034, "U",
+                          want="kernel", rec="no-record")
+        end(c7, s7)
+        s7, c7 = exchange("12c. to a public address, DSOCK_PROOF_MARK=all", "dsockT1b", "dsockT1a", "0.0.0.0",
+                          "198.51.100.3", 9035, "V", env={"DSOCK_PROOF_MARK": "all"})
+        end(c7, s7)
         log = open(SOCK + ".log").read() if os.path.exists(SOCK + ".log") else ""
         stop_daemon()
         check("12. a bad rule: the daemon says so and does not serve",
@@ -309,6 +324,22 @@ def main():
               "pairing rules: DSOCK_PAIR_RULES:1: netns /nonexistent/ns" in open(SOCK + ".log").read())
         if cg:
             os.rmdir(cg)
+        # 13. the host's daemon (root's default socket, here in a mount
+        # namespace with a /run of its own) proves by default, and not
+        # with DSOCK_BPF_PROOF=0
+        stop_daemon()
+        host = ('mount -t tmpfs none /run && "$0" run -- true; sleep 0.2; cat /run/dsock/dsockd.sock.log; '
+                'pid=$(cut -d" " -f1 /run/dsock/dsockd.sock.lock); "$0" stop >/dev/null; '
+                'for i in $(seq 100); do [ -d /proc/$pid ] || break; sleep 0.05; done')
+        for val, want in ((None, True), ("0", False)):
+            env = {k: v for k, v in ENV.items() if k not in ("DSOCK_SOCKET", "DSOCK_BPF_PROOF")}
+            if val is not None:
+                env["DSOCK_BPF_PROOF"] = val
+            r = subprocess.run(["unshare", "--mount", "sh", "-c", host, DSOCK], env=env, capture_output=True,
+                               text=True, timeout=60)
+            check("13. the host's daemon, DSOCK_BPF_PROOF %s: %s" % (val or "unset", "proves" if want else "does not"),
+                  ("kernel-recorded proof on" in r.stdout) == want and "serving on /run/dsock/dsockd.sock" in r.stdout,
+                  r.stdout[-400:] + r.stderr[-200:])
     finally:
         end(*procs)
         cleanup()
