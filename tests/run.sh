@@ -28,6 +28,11 @@ FAILED=()
 # once on 2 vCPUs take a quarter of the time 2 did, with the same results.
 JOBS=${DSOCK_TEST_JOBS:-8}
 export DSOCK_TEST_JOBS=$JOBS
+# No daemon of the run attaches the proof's programs unless its step asks
+# (DSOCK_BPF_PROOF=1): one proving daemon per host, and a stray one (a
+# scenario's process that found no DSOCK_SOCKET would start the host's)
+# would keep the proof's own tests from theirs.
+export DSOCK_BPF_PROOF=0
 # A private daemon: never touches a system-wide one.
 RUNDIR=$(mktemp -d /tmp/dsock-tests-XXXXXX)
 export DSOCK_SOCKET="$RUNDIR/dsockd.sock"
