@@ -28,6 +28,7 @@ const char *dsock_reason_name(unsigned r)
 		[DSOCK_R_URING] = "io-uring",
 		[DSOCK_R_UNPROVEN] = "handshake-unproven",
 		[DSOCK_R_FASTOPEN] = "tcp-fast-open",
+		[DSOCK_R_NOT_OWNER] = "socket-of-another-user",
 	};
 	return r < DSOCK_R_MAX ? n[r] : "?";
 }

@@ -37,12 +37,15 @@ enum dsock_reason {
 				* the socket no wrapper sees: kernel only */
 	DSOCK_R_UNPROVEN,      /* marked for the kernel-recorded proof, its
 				* handshake did not carry both nonces (TCP Fast
-				* Open, SYN cookies, a peer without dsock or
-				* without the programs, no option space), and
+				* Open, a peer without dsock or without the
+				* programs, no option space, lost echoes), and
 				* no other proof reached a peer */
 	DSOCK_R_FASTOPEN,      /* connected by TCP Fast Open (MSG_FASTOPEN):
 				* its first bytes went in the SYN, and its
 				* handshake has no room for the proof's option */
+	DSOCK_R_NOT_OWNER,     /* offered by a process (not root) of another
+				* user than the one that made the socket: a
+				* socket received from another tenant */
 	DSOCK_R_MAX,
 };
 

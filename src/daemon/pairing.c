@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -201,6 +202,18 @@ static void pair(struct dd_offer *a, struct dd_offer *b)
 		   s[1]->to.proc ? s[1]->to.proc->pid : -1, (unsigned long long)s[1]->sock_id, x->prov->name);
 }
 
+/* Whether process p may offer socket fd: root may, another only a socket
+ * its own user made (the uid of its inode, the maker's as seen here, as
+ * SO_PEERCRED gave p's); a socket received from another user's process
+ * (another tenant's, over SCM_RIGHTS) stays on the kernel, which carries
+ * it for whoever holds it. */
+static int may_offer(const struct dd_proc *p, int fd)
+{
+	struct stat st;
+
+	return p && (p->uid == 0 || (fstat(fd, &st) == 0 && st.st_uid == p->uid));
+}
+
 void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer *m, int fd)
 {
 	struct dd_offer o = { .to = *to, .sock_id = m->sock_id, .role = m->role,
@@ -208,7 +221,9 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 	unsigned reason = DSOCK_R_NO_TRANSPORT;
 	struct dd_offer *x, *n;
 
-	if (o.proof && o.prov)
+	if (!may_offer(to->proc, fd))
+		reason = DSOCK_R_NOT_OWNER;
+	else if (o.proof && o.prov)
 		o.proof = dd_proof_inspect(o.proof, fd, &o.id, &reason);
 	if (reason == DSOCK_R_NONE && !dd_policy_allows(to->proc ? to->proc->pid : 0, fd))
 		reason = DSOCK_R_DENIED_RULE;

@@ -18,6 +18,11 @@ test_proof.py):
      TCP_REPAIR with sequence numbers of its choosing (no handshake, the
      programs see no SYN) has no complete record, offers, and pairs with
      nothing: on the kernel.
+  3. a socket of another user's: a process of uid 65534 that holds a
+     connection root made (inherited across exec, as SCM_RIGHTS would
+     give it) and offers it to the daemon itself, by the protocol, is
+     answered "kernel" with the reason socket-of-another-user; the same
+     process offering a connection it made is held for its mate.
 
 Each check prints ok/FAIL; last line 'forge: N passed, N failed'.
 Skips (exit 0) when not root, or when the daemon cannot load its programs."""
@@ -170,6 +175,50 @@ sys.stdin.readline()
 '''
 
 
+# Takes a connection root made (fd argv[3], inherited) and offers it to
+# the daemon by the protocol, then one it makes itself; prints the result
+# and the reason of each ("given R N", "own R N").
+TAKER = r'''
+import os, socket, struct, sys
+path, ver, fd, addr, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+def hdr(t, p): return struct.pack("<IHHII", 0x4b435344, ver, t, 16 + len(p), 1) + p
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.connect(path)
+s.send(hdr(1, struct.pack("<Ii32s16sQII", 0, 0, b"taker", b"0", 0, 0, 0)))
+s.settimeout(8)
+def offer(sid, sock):  # connect end, shm (2), netns proof (1)
+    socket.send_fds(s, [hdr(9, struct.pack("<QIHH", sid, 1, 2, 1))], [sock.fileno()])
+    while True:
+        msg, fds, _, _ = socket.recv_fds(s, 4096, 4)
+        for f in fds: os.close(f)
+        if len(msg) >= 40 and struct.unpack_from("<Q", msg, 16)[0] == sid:
+            return struct.unpack_from("<I", msg, 28)[0], struct.unpack_from("<I", msg, 36)[0]
+print("given", *offer(1, socket.socket(fileno=fd)), flush=True)
+print("own", *offer(2, socket.create_connection((addr, port))), flush=True)
+'''
+
+# Root's connection to the server, handed to TAKER as uid 65534 by exec.
+GIVER = r'''
+import os, socket, sys
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+os.set_inheritable(c.fileno(), True)
+os.execvp("setpriv", ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                      sys.argv[3], sys.argv[4], sys.argv[5], str(c.fileno()), sys.argv[1], sys.argv[2]])
+'''
+
+
+def proto_enum(name, first):
+    """The value of DSOCK_R_<name> (common/reason.h) or DSOCK_RES_<name>
+    (common/proto.h), as the sources number them."""
+    import re
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../src/common")
+    if first == "R":
+        body = open(os.path.join(src, "reason.h")).read()
+        names = re.findall(r"^\s*DSOCK_R_(\w+)", body, re.M)
+        return names.index(name)
+    return int(re.search(r"DSOCK_RES_%s = (\d+)" % name, open(os.path.join(src, "proto.h")).read()).group(1))
+
+
 def settled(who, secs=10):
     """The rows of `who` once the daemon has judged them (no end still
     pairing-pending), or what they are after secs."""
@@ -241,6 +290,20 @@ def main():
         check("2. ... and pairs with nothing: on the kernel, judged unpaired",
               rows and all("path=kernel" in l for l in rows), rows)
         end(rep, srv)
+        # 3. a socket of another user's, offered by the protocol
+        import re
+        os.chmod(tmp, 0o755)
+        ver = re.search(r"#define DSOCK_PROTO_VERSION (\d+)", open(os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "../../src/common/proto.h")).read()).group(1)
+        srv = start("dsockF2", SERVER_REC, "10.199.0.2", PORT + 2, "O")
+        tk = start("dsockF1", GIVER, "10.199.0.2", PORT + 2, TAKER, SOCK, ver, plain=True) \
+            if line(srv) == "ready" else None
+        given, own = (line(tk).split(), line(tk).split()) if tk else ([], [])
+        kernel, held, why = proto_enum("KERNEL", "RES"), proto_enum("HELD", "RES"), proto_enum("NOT_OWNER", "R")
+        check("3. a connection root made, offered by a process of uid 65534: kernel, socket-of-another-user",
+              given == ["given", str(kernel), str(why)], (given, kernel, why))
+        check("3. ... while one it made itself is held for its mate", own[:2] == ["own", str(held)], own)
+        end(tk, srv)
     finally:
         end(*procs)
         sh("ip netns exec dsockF1 nft delete table ip forge")
