@@ -9,6 +9,7 @@
 #include "daemon/events.h"
 #include "daemon/ident.h"
 #include "daemon/outbox.h"
+#include "daemon/stat.h"
 #include "common/log.h"
 #include "common/proto.h"
 #include "common/reason.h"
@@ -16,7 +17,6 @@
 
 #include <errno.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,23 +41,6 @@ struct dd_client {
 	struct dd_outbox out; /* results the socket had no room for yet */
 	int out_armed;        /* EPOLLOUT asked for */
 };
-
-struct dd_stats {
-	unsigned long accepted, refused, bad_msgs, events, stat_reqs;
-	time_t start;
-};
-
-/* The last processes that left, for `dsock stat` (a short history). */
-#define GONE_MAX 64
-struct dd_gone {
-	pid_t pid;
-	uid_t uid;
-	char comm[32];
-	long lived;
-	size_t socks;
-};
-static struct dd_gone gone[GONE_MAX];
-static unsigned long ngone;
 
 static struct dd_client *clients;
 static int nclients_max, nclients;
@@ -90,16 +73,11 @@ static void client_close(uint32_t slot)
 	struct dd_client *c = &clients[slot];
 
 	if (c->proc) {
-		struct dd_gone *g = &gone[ngone++ % GONE_MAX];
 		drain_events(c->proc); /* its last closes free pairings */
 		if (c->proc->mail)
 			__atomic_store_n(&c->proc->mail->closed, 1, __ATOMIC_RELEASE);
 		DSOCK_INFO("process %d (%s) left", c->proc->pid, c->proc->comm);
-		g->pid = c->proc->pid;
-		g->uid = c->proc->uid;
-		memcpy(g->comm, c->proc->comm, sizeof(g->comm));
-		g->lived = (long)(time(NULL) - c->proc->since);
-		g->socks = c->proc->nsocks;
+		dd_stat_gone(c->proc);
 		dd_pairing_forget(c->proc);
 		dd_proc_remove(c->proc);
 	}
@@ -181,87 +159,6 @@ int dd_send_result(const struct dd_reply_to *to, const struct dsock_msg_result *
 		want_out(to->slot, rc == -EAGAIN);
 	}
 	return 0;
-}
-
-static int send_line(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int send_line(int fd, const char *fmt, ...)
-{
-	char line[1024];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	if (n < 0 || n >= (int)sizeof(line))
-		n = (int)sizeof(line) - 1;
-	for (char *p = line; *p; p++) /* the protocol carries printable text */
-		if (*p < 0x20 || *p > 0x7e)
-			*p = '?';
-	return send_msg(fd, DSOCK_MSG_STAT_LINE, line, (size_t)n + 1);
-}
-
-static const char *proto_name(const struct dd_sock *s)
-{
-	int v6 = s->domain == AF_INET6;
-
-	if (s->type == SOCK_STREAM)
-		return v6 ? "tcp6" : "tcp4";
-	if (s->type == SOCK_DGRAM)
-		return v6 ? "udp6" : "udp4";
-	return v6 ? "inet6" : "inet4";
-}
-
-static int may_see(const struct ucred *who, uid_t owner)
-{
-	return who->uid == 0 || who->uid == getuid() || who->uid == owner;
-}
-
-static int send_stat(struct dd_client *c)
-{
-	unsigned long paired, kernel, pending, live, stale;
-	char transports[512] = "";
-	int r;
-
-	dd_pairing_stats(&paired, &kernel, &pending, &live, &stale);
-	dd_provision_stat(transports, sizeof(transports));
-	r = send_line(c->fd, "daemon pid=%d uid=%u netns=%llu proof=%s version=%s uptime=%lds clients=%d procs=%zu "
-		      "accepted=%lu refused=%lu bad_msgs=%lu events=%lu paired=%lu kernel=%lu pending=%lu "
-		      "live=%lu stale_offers=%lu%s",
-		      getpid(), getuid(), dd_proc_netns(getpid()), dd_ident_on() ? "handshake,netns" : "netns",
-		      "0.1.0", (long)(time(NULL) - stats.start), nclients,
-		      dd_proc_count(), stats.accepted, stats.refused, stats.bad_msgs, stats.events,
-		      paired, kernel, pending, live, stale, transports);
-	for (struct dd_proc *p = dd_proc_first(); p && !r; p = p->next) {
-		if (!may_see(&c->cred, p->uid))
-			continue;
-		/* (the process's own count: shown, never used) */
-		unsigned long long lost = p->evr ? __atomic_load_n(&p->evr->lost, __ATOMIC_RELAXED) : 0;
-		r = send_line(c->fd, "proc pid=%d ppid=%d uid=%u netns=%llu comm=%s dsock=%s socks=%zu untracked=%lu "
-			      "lost=%llu",
-			      p->pid, p->ppid, p->uid, p->netns, p->comm,
-			      (p->flags & DSOCK_HELLO_DISABLED) ? "disabled" : "enabled",
-			      p->nsocks, p->untracked, lost);
-		dd_peer_fill_local(p);
-		for (size_t i = 0; i < p->nsocks && !r; i++) {
-			const struct dd_sock *s = &p->socks[i];
-			char la[64], pa[64];
-			dsock_addr_format(&s->local, la, sizeof(la));
-			dsock_addr_format(&s->peer, pa, sizeof(pa));
-			r = send_line(c->fd, "sock pid=%d fd=%d id=%llu proto=%s state=%s via=%s "
-				      "local=%s peer=%s path=%s reason=%s",
-				      p->pid, s->fd, (unsigned long long)s->id, proto_name(s),
-				      dsock_state_name(s->state), dsock_event_name(s->event), la, pa,
-				      dsock_path_name(s->path), dsock_reason_name(s->reason));
-		}
-	}
-	for (unsigned long i = ngone > GONE_MAX ? ngone - GONE_MAX : 0; i < ngone && !r; i++) {
-		const struct dd_gone *g = &gone[i % GONE_MAX];
-		if (may_see(&c->cred, g->uid))
-			r = send_line(c->fd, "gone pid=%d uid=%u comm=%s lived=%lds socks=%zu",
-				      g->pid, g->uid, g->comm, g->lived, g->socks);
-	}
-	return r ? r : send_msg(c->fd, DSOCK_MSG_STAT_END, NULL, 0);
 }
 
 /* Returns 1 when the parent claim of a fork child is true. */
@@ -429,7 +326,7 @@ static int on_message(struct dd_client *c, uint32_t slot, const void *buf, size_
 			return -EPROTO;
 		c->role = ROLE_CLI;
 		stats.stat_reqs++;
-		return send_stat(c);
+		return dd_stat_send(c->fd, &c->cred, &stats, nclients);
 	case DSOCK_MSG_SHUTDOWN:
 		if (c->role == ROLE_LIB)
 			return -EPROTO;
