@@ -171,23 +171,14 @@ static int attach(void)
 	return 0;
 }
 
-/* Asked (DSOCK_BPF_PROOF=1): 1; told not to (any other value): 0; by
- * default the host's daemon proves and a private one does not. */
-static int wanted(const char *socket_path)
-{
-	const char *e = getenv("DSOCK_BPF_PROOF");
-
-	if (e && *e)
-		return !strcmp(e, "1");
-	return !strcmp(socket_path, DSOCK_HOST_SOCKET);
-}
-
 int dd_ident_start(const char *socket_path)
 {
 	const char *e = getenv("DSOCK_BPF_PROOF"), *w = getenv("DSOCK_BPF_WATCH_MS");
 	int asked = e && !strcmp(e, "1"), r;
 
-	if (!wanted(socket_path))
+	/* asked (1); told not to (any other value); by default the host's
+	 * daemon proves and a private one does not */
+	if (!asked && ((e && *e) || strcmp(socket_path, DSOCK_HOST_SOCKET)))
 		return 0;
 	if (w && *w)
 		watch_ms = atoll(w) > 0 ? atoll(w) : 0;

@@ -17,10 +17,10 @@ int dd_ident_start(const char *socket_path);
 int dd_ident_on(void);
 /* The record of socket fd: 0, -ENOENT (none), -ENOSYS (the proof is off). */
 int dd_ident_read(int fd, struct dsock_ident_rec *out);
-/* Looks, every DSOCK_BPF_WATCH_MS (2000; 0: never) or at once when `now`, whether a link of the programs was
- * detached under the daemon, and makes all three again if so (or turns
- * the proof off when it cannot, logged).  The ms until the next look, or
- * -1 for none. */
+/* Looks, every DSOCK_BPF_WATCH_MS (2000; 0: never) or at once when
+ * `now`, whether a link of the programs was detached under the daemon,
+ * and makes all three again if so (or turns the proof off when it
+ * cannot, logged).  The ms until the next look, or -1 for none. */
 int dd_ident_watch(int now);
 /* Detaches (the links go with this process too). */
 void dd_ident_stop(void);

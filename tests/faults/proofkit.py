@@ -321,6 +321,22 @@ def detach_programs():
                 os.close(fd)
 
 
-def cleanup():
-    for ns in NS:
+def cleanup(namespaces=NS):
+    for ns in namespaces:
         sh("ip netns del " + ns)
+
+
+def teardown(namespaces=NS):
+    """Ends every process started, removes the namespaces, stops the
+    daemon and removes its directory."""
+    end(*procs)
+    cleanup(namespaces)
+    stop_daemon()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def summary(name):
+    """Prints "NAME: N passed, N failed"; the exit status."""
+    passed = sum(results)
+    print("%s: %d passed, %d failed" % (name, passed, len(results) - passed))
+    return 0 if passed == len(results) else 1

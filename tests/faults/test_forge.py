@@ -235,8 +235,7 @@ def main():
         print("skip: forged claims need root, ip and nft")
         print("forge: 0 passed, 0 failed")
         return 0
-    for ns in NSF:
-        sh("ip netns del " + ns)
+    cleanup(NSF)
     stop_daemon()
     if not start_daemon():
         print("skip: the daemon did not attach its BPF programs")
@@ -305,15 +304,8 @@ def main():
         check("3. ... while one it made itself is held for its mate", own[:2] == ["own", str(held)], own)
         end(tk, srv)
     finally:
-        end(*procs)
-        sh("ip netns exec dsockF1 nft delete table ip forge")
-        for ns in NSF:
-            sh("ip netns del " + ns)
-        stop_daemon()
-        shutil.rmtree(tmp, ignore_errors=True)
-    passed = sum(results)
-    print("forge: %d passed, %d failed" % (passed, len(results) - passed))
-    return 0 if passed == len(results) else 1
+        teardown(NSF)  # (the nft table goes with dsockF1)
+    return summary("forge")
 
 
 if __name__ == "__main__":

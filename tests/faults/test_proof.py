@@ -341,13 +341,8 @@ def main():
                   ("kernel-recorded proof on" in r.stdout) == want and "serving on /run/dsock/dsockd.sock" in r.stdout,
                   r.stdout[-400:] + r.stderr[-200:])
     finally:
-        end(*procs)
-        cleanup()
-        stop_daemon()
-        shutil.rmtree(tmp, ignore_errors=True)
-    passed = sum(results)
-    print("proof: %d passed, %d failed" % (passed, len(results) - passed))
-    return 0 if passed == len(results) else 1
+        teardown()
+    return summary("proof")
 
 
 if __name__ == "__main__":

@@ -61,33 +61,44 @@ static int marks(void)
 	return m;
 }
 
-/* a private or link-local address (IPv4, v4-mapped or IPv6) */
+/* The IPv4 address of a (AF_INET, or AF_INET6 v4-mapped), host order:
+ * 1; else 0 (x: the IPv6 address, when a is AF_INET6). */
+static int ipv4_of(const struct sockaddr *a, uint32_t *v4, const struct in6_addr **x)
+{
+	*x = NULL;
+	if (a->sa_family == AF_INET) {
+		*v4 = ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr);
+		return 1;
+	}
+	*x = &((const struct sockaddr_in6 *)a)->sin6_addr;
+	if (!IN6_IS_ADDR_V4MAPPED(*x))
+		return 0;
+	memcpy(v4, (*x)->s6_addr + 12, 4);
+	*v4 = ntohl(*v4);
+	return 1;
+}
+
+/* a private or link-local address (a: AF_INET or AF_INET6) */
 static int private_addr(const struct sockaddr *a)
 {
+	const struct in6_addr *x;
 	uint32_t v4;
 
-	if (a->sa_family == AF_INET) {
-		v4 = ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr);
-	} else {
-		const struct in6_addr *x = &((const struct sockaddr_in6 *)a)->sin6_addr;
-		if (!IN6_IS_ADDR_V4MAPPED(x))
-			return (x->s6_addr[0] & 0xfe) == 0xfc || (x->s6_addr[0] == 0xfe && (x->s6_addr[1] & 0xc0) == 0x80);
-		memcpy(&v4, x->s6_addr + 12, 4);
-		v4 = ntohl(v4);
-	}
+	if (!ipv4_of(a, &v4, &x))
+		return (x->s6_addr[0] & 0xfe) == 0xfc || (x->s6_addr[0] == 0xfe && (x->s6_addr[1] & 0xc0) == 0x80);
 	return (v4 >> 24) == 10 || (v4 >> 20) == 0xac1 || (v4 >> 16) == 0xc0a8 || (v4 >> 22) == (100 << 2 | 1) ||
 	       (v4 >> 16) == 0xa9fe;
 }
 
+/* a loopback address, or one of no IP family (never marked) */
 static int loopback(const struct sockaddr *a)
 {
-	if (a->sa_family == AF_INET)
-		return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
-	if (a->sa_family == AF_INET6) {
-		const struct in6_addr *x = &((const struct sockaddr_in6 *)a)->sin6_addr;
-		return IN6_IS_ADDR_LOOPBACK(x) || (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127);
-	}
-	return 1;
+	const struct in6_addr *x;
+	uint32_t v4;
+
+	if (a->sa_family != AF_INET && a->sa_family != AF_INET6)
+		return 1;
+	return ipv4_of(a, &v4, &x) ? (v4 >> 24) == 127 : IN6_IS_ADDR_LOOPBACK(x);
 }
 
 /* a is the peer's address (connect) or the local one (listen) */
@@ -96,8 +107,14 @@ static void optin(int fd, const struct sockaddr *a, int peer)
 	int one = 1, e = errno, rule;
 	int64_t now;
 
-	if (!a || loopback(a) || (peer && (marks() == MARK_NONE || (marks() == MARK_PRIVATE && !private_addr(a)))) ||
-	    (now = dsock_mono_ns()) < atomic_load_explicit(&absent_until, memory_order_relaxed))
+	if (!a || loopback(a))
+		return;
+	if (peer) { /* (a listener answers only a SYN that carried the option) */
+		int m = marks();
+		if (m == MARK_NONE || (m == MARK_PRIVATE && !private_addr(a)))
+			return;
+	}
+	if ((now = dsock_mono_ns()) < atomic_load_explicit(&absent_until, memory_order_relaxed))
 		return;
 	if (!dsock_rules_conn_allowed(&dsock_proc.rules, peer ? NULL : a, peer ? a : NULL, &rule))
 		return;
