@@ -24,7 +24,7 @@ SANBUILD=$BUILD-san
 PASS=0 FAIL=0
 FAILED=()
 # The conformance suite's scenarios at once: they mostly wait (timeouts,
-# sleeps, peers that pause), about 20 s of CPU per run of 916, so 8 at
+# sleeps, peers that pause), about 20 s of CPU per run of 921, so 8 at
 # once on 2 vCPUs take a quarter of the time 2 did, with the same results.
 JOBS=${DSOCK_TEST_JOBS:-8}
 export DSOCK_TEST_JOBS=$JOBS

@@ -1,7 +1,10 @@
 /* An epoll echo server goes idle after its client's last message and close
  * land together: its idle epoll_wait must cost no CPU.
  *
- *   idle_bell ROUNDS
+ *   idle_bell ROUNDS [poll]
+ *
+ * With "poll" the server waits in poll(2) on the listener and the
+ * connection instead (a poll sleeps on the bell too).
  *
  * Each round a fork child (made before the server's epoll set) connects,
  * makes 20 round trips (pausing 20 ms in
@@ -17,6 +20,8 @@
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -58,6 +63,33 @@ static int client(const struct sockaddr_in *sa)
 	return 0;
 }
 
+/* Echoes one connection until its EOF (or reset), waiting in poll. */
+static int serve_poll(int l)
+{
+	struct pollfd p[2] = { { .fd = l, .events = POLLIN }, { .fd = -1, .events = POLLIN } };
+	char b[4096];
+
+	for (;;) {
+		if (poll(p, 2, 5000) <= 0)
+			return -1;
+		if (p[0].revents & POLLIN) {
+			int one = 1;
+			if ((p[1].fd = accept(l, NULL, NULL)) < 0)
+				return -1;
+			setsockopt(p[1].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		}
+		if (p[1].fd < 0 || !p[1].revents)
+			continue;
+		ssize_t r = read(p[1].fd, b, sizeof(b));
+		if (r > 0 && write(p[1].fd, b, (size_t)r) != r && errno != EPIPE && errno != ECONNRESET)
+			return -1;
+		if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+			close(p[1].fd);
+			return 0;
+		}
+	}
+}
+
 /* Echoes one connection until its EOF (or reset). */
 static int serve(int ep, int l)
 {
@@ -92,7 +124,7 @@ static int serve(int ep, int l)
 
 int main(int argc, char **argv)
 {
-	int rounds = argc > 1 ? atoi(argv[1]) : 5, one = 1;
+	int rounds = argc > 1 ? atoi(argv[1]) : 5, one = 1, use_poll = argc > 2 && !strcmp(argv[2], "poll");
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t sl = sizeof(sa);
 	int l = socket(AF_INET, SOCK_STREAM, 0);
@@ -126,12 +158,16 @@ int main(int argc, char **argv)
 	if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, l, &le) < 0)
 		return 1;
 	for (int r = 0; r < rounds; r++) {
-		if (write(go[1], &c, 1) != 1 || serve(ep, l) < 0)
+		if (write(go[1], &c, 1) != 1 || (use_poll ? serve_poll(l) : serve(ep, l)) < 0)
 			return 1;
 		struct epoll_event e;
-		epoll_wait(ep, &e, 1, 50);
+		struct pollfd pl = { .fd = l, .events = POLLIN };
+		if (use_poll)
+			poll(&pl, 1, 50);
+		else
+			epoll_wait(ep, &e, 1, 50);
 		long t0 = cpu_ms();
-		if (epoll_wait(ep, &e, 1, 300) != 0)
+		if (use_poll ? poll(&pl, 1, 300) : epoll_wait(ep, &e, 1, 300))
 			return 1;
 		long t = cpu_ms() - t0;
 		if (t > worst)

@@ -7,14 +7,55 @@
 #include "lib/sock/ready.h"
 #include "lib/base/real.h"
 #include "lib/transport/transport.h"
+#include "common/rawsys.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
 
-void dsock_bell_arm(int epfd)
+/* Polls asleep on the bell, a slot each: the slot's eventfd wakes its
+ * sleeper when another thread's arming drained a ring it may have been
+ * waiting for.  A slot's eventfd outlives its sleepers (made at the
+ * slot's first use; a poke that comes after its sleeper woke costs the
+ * next one a round). */
+#define POLL_BELL_SLOTS 32
+static struct {
+	_Atomic int busy;
+	_Atomic int fd;
+} poll_slot[POLL_BELL_SLOTS] = { [0 ... POLL_BELL_SLOTS - 1] = { 0, -1 } };
+static _Atomic int poll_belled; /* slots busy */
+
+/* Pokes every poll asleep on the bell but the one in slot mine (-1: none). */
+static void poke_polls(int mine)
 {
-	dsock_transports_before_sleep(1);
-	if (atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed) < 2)
+	uint64_t one = 1;
+
+	for (int i = 0; i < POLL_BELL_SLOTS && atomic_load(&poll_belled); i++) {
+		int fd = atomic_load(&poll_slot[i].fd);
+		if (i != mine && atomic_load(&poll_slot[i].busy) && fd >= 0 &&
+		    dsock_real.write(fd, &one, sizeof(one)) < 0)
+			continue; /* (nonblocking; a full count wakes it already) */
+	}
+}
+
+void dsock_poll_bell_poke(void)
+{
+	poke_polls(-1);
+}
+
+/* Arms the bell for a sleeper (on set epfd, or the poll in slot
+ * -2 - epfd), and passes on to the other sleepers what the arming may
+ * have taken from them. */
+static void arm(int epfd)
+{
+	int mine = epfd < -1 ? -2 - epfd : -1;
+
+	/* (the arming's full fence orders its drain before these loads; a
+	 * sleeper registers before its own arming and last look) */
+	if (dsock_transports_before_sleep(1))
+		poke_polls(mine);
+	if (atomic_load_explicit(&dsock_belled_sets, memory_order_relaxed) < (epfd >= 0 ? 2 : 1))
 		return;
 	/* (the sets' lock, then the records': never both at once) */
 	int n = dsock_light_bell_others(epfd, NULL, 0);
@@ -28,11 +69,67 @@ void dsock_bell_arm(int epfd)
 			dsock_poke(others[i]);
 }
 
+void dsock_bell_arm(int epfd)
+{
+	arm(epfd);
+}
+
 void dsock_bell_sleep_begin(int epfd)
 {
 	/* (counted in dsock_bell_sleepers by dsock_light_bell) */
 	dsock_renew_at = 0;
-	dsock_bell_arm(epfd);
+	arm(epfd);
+}
+
+int dsock_poll_bell_begin(int *bell, int *poke)
+{
+	unsigned gen;
+
+	if (!dsock_bells_on || (*bell = dsock_transports_bell(&gen)) < 0)
+		return 0;
+	for (int i = 0; i < POLL_BELL_SLOTS; i++) {
+		int free = 0, fd = atomic_load(&poll_slot[i].fd);
+		if (atomic_load_explicit(&poll_slot[i].busy, memory_order_relaxed) ||
+		    !atomic_compare_exchange_strong(&poll_slot[i].busy, &free, 1))
+			continue;
+		if (fd < 0 && (fd = (int)dsock_sys(SYS_eventfd2, 0, EFD_CLOEXEC | EFD_NONBLOCK)) >= 0)
+			atomic_store(&poll_slot[i].fd, fd);
+		if (fd < 0) {
+			atomic_store(&poll_slot[i].busy, 0);
+			return 0;
+		}
+		atomic_fetch_add(&poll_belled, 1);
+		atomic_fetch_add(&dsock_bell_sleepers, 1);
+		*poke = fd;
+		dsock_renew_at = 0;
+		arm(-2 - i);
+		return i + 1;
+	}
+	return 0; /* (all taken: tokens) */
+}
+
+void dsock_poll_bell_end(int slot, int poked)
+{
+	uint64_t count;
+
+	if (poked && dsock_real.read(atomic_load(&poll_slot[slot - 1].fd), &count, sizeof(count)) < 0)
+		count = 0; /* (drained already) */
+	atomic_store(&poll_slot[slot - 1].busy, 0);
+	atomic_fetch_sub(&poll_belled, 1);
+	dsock_sleep_end(1);
+}
+
+void dsock_poll_bell_fork_child(void)
+{
+	/* (the parent's eventfds: a child draining one would take a poke the
+	 * parent's sleeper waits for) */
+	for (int i = 0; i < POLL_BELL_SLOTS; i++) {
+		int fd = atomic_exchange(&poll_slot[i].fd, -1);
+		atomic_store(&poll_slot[i].busy, 0);
+		if (fd >= 0)
+			dsock_real.close(fd);
+	}
+	atomic_store(&poll_belled, 0);
 }
 
 void dsock_sleep_end(int bell)

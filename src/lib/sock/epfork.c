@@ -38,6 +38,7 @@ void dsock_epset_fork_child(void)
 	dsock_hidden_fork(2);
 	dsock_light_fork_child();
 	dsock_poke_fork_child();
+	dsock_poll_bell_fork_child();
 	dsock_epset_alias_fork_child();
 	pthread_mutex_init(&dsock_epset_mu, NULL);
 }

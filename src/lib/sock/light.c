@@ -272,6 +272,8 @@ void dsock_light_bell_replace(void (*swap)(void *), void *arg)
 		unbell_locked(i);
 	swap(arg);
 	pthread_mutex_unlock(&light_mu);
+	/* (a poll asleep on the bell waits on the old file) */
+	dsock_poll_bell_poke();
 }
 
 void dsock_light_exec(void)

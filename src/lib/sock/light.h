@@ -131,6 +131,26 @@ void dsock_bell_sleep_begin(int epfd);
  * sleeper and data to report is poked (its wait may have found the bell
  * drained already). */
 void dsock_bell_arm(int epfd);
+/* poll, ppoll, select and pselect sleep on the bell too (poll.c), up to
+ * 32 threads at a time, each in a slot of its own: the slot's number + 1
+ * if this one may (0: it sleeps on tokens), counted as a bell sleeper,
+ * the bell armed (and other sleepers poked as dsock_bell_arm does);
+ * *bell and *poke are the fds it waits on besides its own, readable for
+ * input.  Its fds are the caller's array, which nothing else waits on,
+ * but another thread's arming may drain a ring it sleeps for (and take
+ * the entries behind it): an arming that drained one writes every other
+ * poll sleeper's *poke (each registers before its own arming and last
+ * look, and the other thread reads the slots after its drain: either
+ * sees the other).  *poke is an eventfd of ours, one per slot, made at
+ * its first use. */
+int dsock_poll_bell_begin(int *bell, int *poke);
+/* The poll sleeper in slot (dsock_poll_bell_begin's number) is up;
+ * poked: its *poke was readable (drained here). */
+void dsock_poll_bell_end(int slot, int poked);
+/* Wakes every poll asleep on the bell: the bell's file was replaced. */
+void dsock_poll_bell_poke(void);
+/* A fork child: no poll sleeps on the bell; the eventfds are the parent's. */
+void dsock_poll_bell_fork_child(void);
 /* A poller that counted itself (bell: as a bell sleeper) is up.  The
  * last bell sleeper up ends the bells: what is announced from then on
  * waits for a look (collect), or a token wakes its sleeper. */

@@ -129,8 +129,17 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 	/* (read only where a time left may be asked: a poll that does not
 	 * wait, or waits for ever, reads no clock before the kernel's) */
 	int64_t start = timeout_ms > 0 ? mono_ms() : 0;
+	/* no connection on a transport yet: a cold sleep, promoted by the
+	 * first attach before its producer may announce (light.h); one
+	 * attached meanwhile: the whole path */
+	struct dsock_light light;
+	int cold = !any && timeout_ms != 0 && atomic_load(&dsock_fastpath_conns) == 0;
+	if (cold && !(cold = dsock_light_enter_cold(-1, &light)))
+		any = 1;
 	if (!any) {
 		int r = (int)SYSRET(is_ppoll ? dsock_real.ppoll(fds, n, t, m) : dsock_real.poll(fds, n, timeout_ms));
+		if (cold)
+			dsock_light_leave(&light);
 		if (r <= 0 || atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) == 0 ||
 		    !moved_meanwhile(fds, n))
 			return r;
@@ -140,16 +149,16 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 	}
 	end = timeout_ms < 0 ? INT64_MAX : (start ? start : mono_ms()) + timeout_ms;
 	for (;;) {
-		struct pollfd k[n ? n + (waits ? n * DSOCK_WAITS_MAX : 0) : 1];
+		struct pollfd k[n + (waits ? n * DSOCK_WAITS_MAX : 0) + 2];
 		int view[n ? n : 1], hidden_in = 0, r, ready = 0, e, waited = 0;
 		nfds_t nk = n;
 		int64_t left;
 
-		/* we may sleep: end the leases before looking (see ready.h) */
-		int sleeping = timeout_ms != 0;
-		if (sleeping) {
+		/* we may sleep: arm the bell, or end the leases, before
+		 * looking (ready.h, light.h) */
+		int sleeping = timeout_ms != 0, bell = 0, bell_fd = -1, poke_fd = -1;
+		if (sleeping && !(bell = dsock_poll_bell_begin(&bell_fd, &poke_fd)))
 			dsock_sleep_begin();
-		}
 		for (nfds_t i = 0; i < n; i++) {
 			k[i] = fds[i];
 			view[i] = fds[i].fd >= 0 ? transport_view(fds[i].fd, fds[i].events) : 0;
@@ -174,6 +183,12 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 		if (waited && (left < 0 || left > WAITS_SLICE_MS))
 			left = WAITS_SLICE_MS;
 		long long wait_start = sleeping && left ? dsock_mono_ns() : 0;
+		/* (after the callers' fds: their revents stay where they were) */
+		nfds_t nb = nk;
+		if (bell) {
+			k[nk++] = (struct pollfd){ .fd = bell_fd, .events = POLLIN };
+			k[nk++] = (struct pollfd){ .fd = poke_fd, .events = POLLIN };
+		}
 		if (is_ppoll) {
 			struct timespec ts = { left / 1000, (left % 1000) * 1000000 };
 			r = dsock_real.ppoll(k, nk, left < 0 ? NULL : &ts, m);
@@ -181,13 +196,22 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 			r = dsock_real.poll(k, nk, (int)left);
 		}
 		e = errno;
-		if (sleeping) {
+		int rang = 0;
+		if (bell) {
+			/* (a sleep the bell ends is no sleepy read: ready.c) */
+			rang = r > 0 && ((k[nb].revents | k[nb + 1].revents) & POLLIN);
+			dsock_poll_bell_end(bell, r > 0 && (k[nb + 1].revents & POLLIN));
+		} else if (sleeping) {
 			atomic_fetch_sub(&dsock_sleepers, 1);
 			if (left)
 				dsock_wait_end(wait_start);
 		}
 		if (r < 0)
 			return -e;
+		/* rung or poked: the views are older than what woke us; the
+		 * next round arms the bell again (taking the queues) and looks */
+		if (rang)
+			continue;
 		for (nfds_t i = 0; i < n; i++) {
 			short ev = k[i].revents;
 			if (view[i] & 4) {

@@ -111,11 +111,14 @@ void dsock_transports_exec_done(int started)
 			transports[i]->exec_done(started);
 }
 
-void dsock_transports_before_sleep(int bell)
+int dsock_transports_before_sleep(int bell)
 {
+	int rang = 0;
+
 	for (int i = 0; i < ntransports; i++)
 		if (transports[i]->before_sleep)
-			transports[i]->before_sleep(bell);
+			rang |= transports[i]->before_sleep(bell);
+	return rang;
 }
 
 int dsock_transports_bell(unsigned *gen)

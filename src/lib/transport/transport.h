@@ -109,8 +109,11 @@ struct dsock_transport {
 	 * in dsock_bell_sleepers; the set it sleeps on holds this transport's
 	 * bell, below): an arrival may ring the bell instead, once per burst,
 	 * while no thread sleeps counted in dsock_sleepers.  Either way what
-	 * producers announced before is taken (as collect does) first. */
-	void (*before_sleep)(int bell);
+	 * producers announced before is taken (as collect does) first.
+	 * Returns 1 if, with bell 1, it drained a ring of the bell: another
+	 * thread asleep on the bell may have been waiting for that ring (and
+	 * for what it took), 0 otherwise. */
+	int (*before_sleep)(int bell);
 	/* Process-wide: the fd that this transport's producers make readable
 	 * when they announce to a poller asleep with bell 1, or -1; *gen
 	 * changes whenever the fd number names another file.  The socket
@@ -174,7 +177,7 @@ int dsock_transport_offer(struct dsock_sock *s, int fd, int role, unsigned *reas
 /* 1 if any registered transport takes offers (the fast path is on). */
 int dsock_transports_any(void);
 /* Each calls the hook of the same name of every registered transport. */
-void dsock_transports_before_sleep(int bell);
+int dsock_transports_before_sleep(int bell);
 void dsock_transports_bells_off(void);
 /* The one bell of the transports (at most one has one), or -1. */
 int dsock_transports_bell(unsigned *gen);

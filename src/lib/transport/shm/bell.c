@@ -92,18 +92,25 @@ void shm_link_disarm_bells(void)
 	pthread_mutex_unlock(&shm_links_mu);
 }
 
-void shm_link_arm_bells(void)
+int shm_link_arm_bells(void)
 {
-	if (!atomic_load_explicit(&shm_nlinks, memory_order_relaxed))
-		return;
+	uint64_t count = 0;
+	int own;
+
+	if (!atomic_load_explicit(&shm_nlinks, memory_order_relaxed)) {
+		/* (a ring that came before the last link went: never left
+		 * readable, or every sleep on the bell would wake at once) */
+		if ((own = atomic_load(&shm_own_bell)) >= 0 && dsock_real.read(own, &count, sizeof(count)) < 0)
+			count = 0;
+		return count != 0;
+	}
 	pthread_mutex_lock(&shm_links_mu);
 	/* drained first (the sets hold it level-triggered: it stays readable
 	 * until a sleeper arms it again, whatever other threads look); a
 	 * ring from here on wakes the sleep that follows.  Only a sleeper on
 	 * the one set that holds the bell arms (light.h), and it looks at
 	 * that set after this */
-	uint64_t count;
-	int own = atomic_load(&shm_own_bell);
+	own = atomic_load(&shm_own_bell);
 	if (own >= 0 && dsock_real.read(own, &count, sizeof(count)) < 0)
 		count = 0; /* (not rung: EAGAIN) */
 	/* a thread asleep counted in dsock_sleepers (it counts itself
@@ -111,7 +118,7 @@ void shm_link_arm_bells(void)
 	if (atomic_load(&dsock_sleepers) > 0 || own < 0) {
 		shm_link_end_and_take_locked();
 		pthread_mutex_unlock(&shm_links_mu);
-		return;
+		return count != 0;
 	}
 	for (struct shm_link *l = shm_links; l; l = l->next) {
 		shm_link_end_lease_locked(l);
@@ -126,5 +133,6 @@ void shm_link_arm_bells(void)
 	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* rung before the entries */
 	shm_link_take_all_locked();
 	pthread_mutex_unlock(&shm_links_mu);
+	return count != 0;
 }
 

@@ -21,13 +21,13 @@
 /* A thread of ours is about to sleep: every lease of ours ends, on rings
  * and on links (where the bells may stand instead), and what they let
  * through is marked for our pollers. */
-static void shm_before_sleep(int bell)
+static int shm_before_sleep(int bell)
 {
 	shm_settle_lingering();
 	if (bell)
-		shm_link_arm_bells();
-	else
-		shm_link_end_leases();
+		return shm_link_arm_bells();
+	shm_link_end_leases();
+	return 0;
 }
 
 int shm_hidden_readable(struct dsock_sock *s)

@@ -274,8 +274,9 @@ void shm_link_collect(int64_t now);
 void shm_link_end_leases(void);
 /* A poller is about to sleep on a set that holds our bell: the leases end
  * and the bells are armed instead (while no thread sleeps counted in
- * dsock_sleepers), then what the queues hold is taken. */
-void shm_link_arm_bells(void);
+ * dsock_sleepers), then what the queues hold is taken.  1 if the bell was
+ * rung (it drained a ring). */
+int shm_link_arm_bells(void);
 /* The last bell sleeper is up: the bells end (the transport's wake op). */
 void shm_link_disarm_bells(void);
 /* 1 if a poller of ours holds a lease on c's link (so c's consumer need
