@@ -41,6 +41,18 @@ class Place:
 LOOP = Place()
 
 
+class KeptOnKernel(Place):
+    """On loopback, every connection left on the kernel under dsock
+    (DSOCK_FASTPATH=0), as one to a plain peer or to another host is: what
+    the spin on kernel sockets gives."""
+
+    def pre(self, role):
+        return ["env", "DSOCK_FASTPATH=0"]
+
+
+KEPT = KeptOnKernel()
+
+
 def ns(role):
     return "dsockB" + role
 

@@ -39,6 +39,9 @@ for size in ([14, 1024] if FULL else [14]):
     measure(f"sockperf TCP ping-pong {size} B, both on CPU 0,", sockperf_pp, size, "0", metrics=PP[:2])
 for size in UDP_SIZES:
     measure(f"sockperf UDP ping-pong {size} B, unpinned,", sockperf_pp, size, None, "", metrics=PP[:2])
+for size in ([14, 1024] if FULL else [14]):
+    measure(f"sockperf TCP ping-pong {size} B, connection kept on the kernel (DSOCK_FASTPATH=0), unpinned,",
+            sockperf_pp, size, None, "--tcp", places.KEPT, metrics=PP[:2])
 TP = [("", "msg/s", "higher", 0), (", bandwidth", "Gbit/s", "higher", 1), (", CPU per message", "ns", "lower", 2)]
 for size in SIZES:
     name = f"sockperf TCP throughput {size} B"

@@ -52,6 +52,9 @@
  12. a DEL racing with a dup of its set (tests/faults/ghost_dup_race.c,
      300,000 trials, ghosts on): the dup'd set never keeps the deleted
      registration (the kernel's own epoll_ctl can ADD it again).
+ 13. a blocking receive, a poll and an epoll_wait on a connection the
+     kernel carries, 300 ms each with nothing coming, cost no CPU beyond
+     one spin (tests/faults/idle_kernel_recv.py).
 
 Each check prints ok/FAIL; last line 'resources: N passed, N failed'."""
 import os, shutil, subprocess, sys, tempfile
@@ -410,6 +413,17 @@ try:
     check("12. a DEL racing with a dup of its set leaves no ghost in it (native: %s; dsock: %s)" %
           (nat.stdout.strip(), r.stdout.strip()),
           nat.stdout.split()[-1:] == ["0"] and len(got) == 4 and got[1] == "300000" and got[3] == "0",
+          (nat.stdout, r.stdout, r.stderr[-400:]))
+
+    # 13: waits on connections the kernel carries spin once, then sleep
+    prog = os.path.join(HERE, "idle_kernel_recv.py")
+    nat = subprocess.run([PY, prog], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([DSOCK, "run", "--", PY, prog], env=dict(env, DSOCK_FASTPATH="0"), capture_output=True,
+                       text=True, timeout=60)
+    got = r.stdout.split()
+    check("13. a receive, a poll and an epoll_wait blocked 300 ms each on a kernel-carried connection: < 60 ms CPU "
+          "each (worst: native %s ms, dsock %s ms)" % (nat.stdout.split()[:1], got[:1]),
+          nat.returncode == 0 and r.returncode == 0 and len(got) == 2 and int(got[0]) < 60 and got[1] == "xxx",
           (nat.stdout, r.stdout, r.stderr[-400:]))
 
     r, rings, _ = run(STORM)

@@ -6,6 +6,7 @@
 #include "lib/base/proc.h"
 #include "lib/base/real.h"
 #include "lib/sock/epset.h"
+#include "lib/sock/kspin.h"
 #include "lib/sock/sock.h"
 #include "lib/sock/solo.h"
 #include "lib/transport/transport.h"
@@ -103,6 +104,7 @@ __attribute__((constructor)) static void dsock_init(void)
 	const char *off = getenv("DSOCK_DISABLE");
 	const char *ghosts = getenv("DSOCK_EPOLL_GHOSTS");
 	const char *bells = getenv("DSOCK_BELLS");
+	const char *kspin = getenv("DSOCK_KERNEL_SPIN");
 	const char *unsure = getenv("DSOCK_TEST_GHOST_UNSURE");
 
 	DSOCK_GUARD_ENTER();
@@ -115,6 +117,7 @@ __attribute__((constructor)) static void dsock_init(void)
 	dsock_epoll_ghosts_on = !(ghosts && !strcmp(ghosts, "0"));
 	dsock_ghost_test_unsure = unsure && !strcmp(unsure, "1");
 	dsock_bells_on = !(bells && !strcmp(bells, "0"));
+	dsock_kspin_on = !(kspin && !strcmp(kspin, "0"));
 	program_name();
 	dsock_proc.enabled = !(off && *off && strcmp(off, "0")) && load_rules() == 0 &&
 			     dsock_rules_program_allowed(&dsock_proc.rules, dsock_proc.prog);

@@ -1,4 +1,5 @@
 #include "lib/sock/io.h"
+#include "lib/sock/kspin.h"
 #include "lib/sock/sock.h"
 #include "lib/sock/solo.h"
 #include "lib/sock/ready.h"
@@ -74,6 +75,14 @@ static ssize_t send_ours(struct dsock_sock *s, int fd, const struct msghdr *m, i
 	struct iovec v_ = { .iov_base = (void *)(buf), .iov_len = (n) }; \
 	struct msghdr m_ = { .msg_iov = &v_, .msg_iovlen = 1 }
 
+/* A receive on a socket the kernel carries: one that would sleep spins
+ * first (kspin.h). */
+static inline void kernel_spin(int fd, int flags)
+{
+	if (dsock_fdt_peek(fd))
+		dsock_kspin_recv(fd, flags);
+}
+
 ssize_t dsock_io_read(int fd, void *buf, size_t n)
 {
 	/* read of 0 bytes returns 0 at once (recv of 0 would wait for data) */
@@ -82,6 +91,8 @@ ssize_t dsock_io_read(int fd, void *buf, size_t n)
 		ONE_IOV(buf, n);
 		return tp_recv(s, fd, &m_, 0);
 	}
+	if (n)
+		kernel_spin(fd, 0);
 	return SYSRET(dsock_real.read(fd, buf, n));
 }
 
@@ -95,11 +106,14 @@ static int iov_empty(const struct iovec *iov, int cnt)
 
 ssize_t dsock_io_readv(int fd, const struct iovec *iov, int cnt)
 {
-	struct dsock_sock *s = cnt > 0 && cnt <= IOV_MAX && !iov_empty(iov, cnt) ? owned(fd) : NULL;
+	int some = cnt > 0 && cnt <= IOV_MAX && !iov_empty(iov, cnt);
+	struct dsock_sock *s = some ? owned(fd) : NULL;
 	if (s) {
 		struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt };
 		return tp_recv(s, fd, &m, 0);
 	}
+	if (some)
+		kernel_spin(fd, 0);
 	return SYSRET(dsock_real.readv(fd, iov, cnt));
 }
 
@@ -135,6 +149,7 @@ ssize_t dsock_io_recv(int fd, void *buf, size_t n, int flags)
 		ONE_IOV(buf, n);
 		return tp_recv(s, fd, &m_, flags);
 	}
+	kernel_spin(fd, flags);
 	return SYSRET(dsock_real.recv(fd, buf, n, flags));
 }
 
@@ -151,6 +166,7 @@ ssize_t dsock_io_recvfrom(int fd, void *buf, size_t n, int flags, struct sockadd
 			*al = m_.msg_namelen;
 		return r;
 	}
+	kernel_spin(fd, flags);
 	return SYSRET(dsock_real.recvfrom(fd, buf, n, flags, a, al));
 }
 
@@ -159,6 +175,7 @@ ssize_t dsock_io_recvmsg(int fd, struct msghdr *m, int flags)
 	struct dsock_sock *s = owned(fd);
 	if (s)
 		return tp_recv(s, fd, m, flags);
+	kernel_spin(fd, flags);
 	return SYSRET(dsock_real.recvmsg(fd, m, flags));
 }
 

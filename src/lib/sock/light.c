@@ -92,6 +92,19 @@ int dsock_light_any(void)
 	return atomic_load_explicit(&nsets_any, memory_order_relaxed) > 0;
 }
 
+int dsock_light_capable(int epfd)
+{
+	int r;
+
+	if (!atomic_load_explicit(&nsets_any, memory_order_relaxed))
+		return 0;
+	pthread_mutex_lock(&light_mu);
+	size_t i = find_locked(epfd);
+	r = i < nsets && sets[i].capable > 0;
+	pthread_mutex_unlock(&light_mu);
+	return r;
+}
+
 int dsock_light_known(int fd)
 {
 	int r;

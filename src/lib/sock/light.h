@@ -64,6 +64,9 @@ void dsock_light_forget(unsigned first, unsigned last);
  * has it, promoting the sleepers; nested: epfd is a member of another
  * set, and every light sleeper is promoted) or left it (-1). */
 void dsock_light_member(int epfd, int delta, int nested);
+/* 1 if set epfd (one seen made here) holds a member a transport may
+ * carry: an Internet stream socket that never listened. */
+int dsock_light_capable(int epfd);
 /* 1 if a thread about to sleep on epfd may sleep light: then me is
  * registered until dsock_light_leave. */
 int dsock_light_enter(int epfd, struct dsock_light *me);

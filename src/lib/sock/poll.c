@@ -2,6 +2,7 @@
  * (ready.h): the kernel's answer, with what the transports know added. */
 #include "lib/sock/ready.h"
 #include "lib/sock/epset.h"
+#include "lib/sock/kspin.h"
 #include "lib/sock/light.h"
 #include "lib/sock/sock.h"
 #include "lib/base/real.h"
@@ -126,6 +127,13 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 		}
 	if (is_ppoll)
 		timeout_ms = t ? (int)(t->tv_sec * 1000 + t->tv_nsec / 1000000) : -1;
+	/* only sockets the kernel carries: spun on first (kspin.h; not a
+	 * ppoll, whose mask holds only during its own call) */
+	if (!any && !is_ppoll) {
+		int r = dsock_kspin_poll(fds, n, &timeout_ms);
+		if (r != 0)
+			return r;
+	}
 	/* (read only where a time left may be asked: a poll that does not
 	 * wait, or waits for ever, reads no clock before the kernel's) */
 	int64_t start = timeout_ms > 0 ? mono_ms() : 0;

@@ -2,6 +2,7 @@
  * switch, then the ring; spinning, then sleeping in the kernel. */
 #include "lib/transport/shm/ring.h"
 #include "lib/base/real.h"
+#include "lib/sock/kspin.h"
 #include "lib/sock/ready.h"
 #include "common/log.h"
 #include "common/reason.h"
@@ -201,6 +202,8 @@ static ssize_t recv_pending(struct dsock_sock *s, struct shm_conn *c, int fd, st
 				sched_yield();
 			continue;
 		}
+		/* (not paired yet: its wait spins as one on a kernel socket) */
+		dsock_kspin_recv(fd, flags);
 		r = dsock_real.recvmsg(fd, m, flags);
 		err = errno;
 		if (r > 0 && !(flags & MSG_PEEK))

@@ -1,0 +1,111 @@
+/* Spinning on sockets the kernel carries (kspin.h). */
+#include "lib/sock/kspin.h"
+#include "lib/sock/sock.h"
+#include "lib/sock/spin.h"
+#include "lib/base/clock.h"
+#include "lib/base/real.h"
+#include "lib/transport/transport.h"
+
+#include <errno.h>
+#include <sched.h>
+
+int dsock_kspin_on = 1;
+
+/* An Internet socket we track that never listened: one a peer (plain, on
+ * another host, or not paired yet) sends to.  (The callers ask only of
+ * sockets whose data the kernel carries.) */
+static int spinnable(const struct dsock_sock *s)
+{
+	return s && (s->domain == AF_INET || s->domain == AF_INET6) &&
+	       !(atomic_load_explicit(&s->flags, memory_order_relaxed) & DSOCK_SF_LISTENED);
+}
+
+int dsock_kspin_start(long long *t0)
+{
+	if (!dsock_kspin_on || dsock_spin_ns <= 0 || !dsock_spin_worth())
+		return 0;
+	*t0 = 0;
+	return 1;
+}
+
+int dsock_kspin_again(long long *t0, long long deadline_ns)
+{
+	long long t = dsock_mono_ns();
+
+	/* the first look found nothing: the spin starts, with a courtesy
+	 * yield (spin.h) where one is due */
+	if (!*t0) {
+		*t0 = t;
+		dsock_spin_courtesy(t);
+		return 1;
+	}
+
+	if (t - *t0 >= dsock_spin_ns || (deadline_ns >= 0 && t >= deadline_ns)) {
+		dsock_spin_outcome(0);
+		return 0;
+	}
+	/* (past the pure spin every round yields: with more runnable threads
+	 * than cores, the one we wait for may need this core: spin.h) */
+	if (t - *t0 >= DSOCK_PURE_SPIN_NS)
+		sched_yield();
+	return 1;
+}
+
+void dsock_kspin_found(void)
+{
+	dsock_spin_outcome(1);
+}
+
+void dsock_kspin_recv(int fd, int flags)
+{
+	struct dsock_sock *s = dsock_fdt_peek(fd);
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	long long t0;
+
+	/* (a receive that returns at once anyway: nothing to spin for) */
+	if ((flags & (MSG_DONTWAIT | MSG_ERRQUEUE | MSG_OOB)) || !spinnable(s) ||
+	    (atomic_load_explicit(&s->flags, memory_order_relaxed) & DSOCK_SF_NONBLOCK) || !dsock_kspin_start(&t0))
+		return;
+	/* readable as the kernel's receive sees it (SO_RCVLOWAT, EOF, an
+	 * error): the call that follows returns without sleeping, and it,
+	 * not a look of ours, takes the data or the error */
+	for (int round = 0;; round++) {
+		if (dsock_real.poll(&p, 1, 0) != 0) {
+			if (round)
+				dsock_kspin_found();
+			return;
+		}
+		if (!dsock_kspin_again(&t0, -1))
+			return;
+	}
+}
+
+int dsock_kspin_poll(struct pollfd *fds, nfds_t n, int *timeout_ms)
+{
+	long long t0, deadline = -1;
+	int any = 0;
+
+	if (!dsock_kspin_on || !*timeout_ms)
+		return 0;
+	for (nfds_t i = 0; i < n && !any; i++)
+		any = fds[i].fd >= 0 && spinnable(dsock_fdt_peek(fds[i].fd));
+	if (!any || !dsock_kspin_start(&t0))
+		return 0;
+	if (*timeout_ms > 0)
+		deadline = dsock_mono_ns() + *timeout_ms * 1000000LL;
+	for (int round = 0;; round++) {
+		int r = dsock_real.poll(fds, n, 0);
+		if (r != 0) {
+			if (round && r > 0)
+				dsock_kspin_found();
+			return r > 0 ? r : -errno;
+		}
+		if (!dsock_kspin_again(&t0, deadline))
+			break;
+	}
+	if (*timeout_ms > 0) {
+		long long left = deadline - dsock_mono_ns();
+		*timeout_ms = left > 0 ? (int)((left + 999999) / 1000000) : 0;
+	}
+	return 0;
+}

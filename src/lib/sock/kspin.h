@@ -1,0 +1,41 @@
+/* Waits on sockets the kernel carries spin before they sleep: a blocking
+ * receive, poll and epoll_wait ask the kernel again without waiting, for
+ * the spin budget, before the call that sleeps.  Data that comes within
+ * it lands on an awake thread, which saves the cross-CPU wake-up (6-35 us
+ * on this kind of machine) that a sleep costs; the same per-thread rule as
+ * the rings' spins (spin.h) decides whether a wait spins at all, so a
+ * thread whose spins keep running out sleeps at once (docs/ARCHITECTURE.md,
+ * "Spinning on kernel sockets"). */
+#ifndef DSOCK_KSPIN_H
+#define DSOCK_KSPIN_H
+
+#include <poll.h>
+
+/* 1 unless DSOCK_KERNEL_SPIN=0 (read at start-up). */
+extern int dsock_kspin_on;
+
+/* A receive of flags on fd (a tracked socket whose data the kernel
+ * carries: on no transport, or not paired yet) is about to be made: when
+ * it would sleep, fd is looked at (poll, no waiting) until it is readable
+ * or the budget is spent.  The receive itself is the caller's, which
+ * keeps every rule of the kernel's (SO_RCVLOWAT, MSG_WAITALL, errors). */
+void dsock_kspin_recv(int fd, int flags);
+
+/* poll(fds, n) with no transport's socket among them, about to wait
+ * *timeout_ms (-1: for ever): its looks without waiting, while fds holds
+ * an Internet socket we track.  The count (or -errno) of one that found
+ * something, else 0 with *timeout_ms less the time spun. */
+int dsock_kspin_poll(struct pollfd *fds, nfds_t n, int *timeout_ms);
+
+/* 1 if a wait may spin now (on, a budget, the thread's spins pay); *t0
+ * is the spin's state for dsock_kspin_again. */
+int dsock_kspin_start(long long *t0);
+/* A look of a wait found nothing: 1 to look again (the first such call
+ * starts the spin, with a courtesy yield where one is due; past the pure
+ * spin every round yields), 0 when the budget (or deadline_ns, if >= 0)
+ * is spent, the outcome recorded. */
+int dsock_kspin_again(long long *t0, long long deadline_ns);
+/* A round after the first found something. */
+void dsock_kspin_found(void);
+
+#endif
