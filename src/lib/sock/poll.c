@@ -100,6 +100,18 @@ static int moved_meanwhile(const struct pollfd *fds, nfds_t n)
 	return 0;
 }
 
+/* 1 if an fd of fds is a socket a transport carries (or may: pending),
+ * or an epoll set. */
+static int carried(const struct pollfd *fds, nfds_t n)
+{
+	for (nfds_t i = 0; i < n; i++) {
+		struct dsock_sock *s = fds[i].fd >= 0 ? dsock_fdt_peek(fds[i].fd) : NULL;
+		if (s ? __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) != NULL : fds[i].fd >= 0 && dsock_epset_is_set(fds[i].fd))
+			return 1;
+	}
+	return 0;
+}
+
 static int64_t mono_ms(void)
 {
 	return dsock_mono_ns() / 1000000;
@@ -120,11 +132,7 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 
 	if (atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) > 0 ||
 	    atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) > 0 || waits)
-		for (nfds_t i = 0; i < n && !any; i++) {
-			struct dsock_sock *s = fds[i].fd >= 0 ? dsock_fdt_peek(fds[i].fd) : NULL;
-			any = s ? __atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) != NULL :
-				  fds[i].fd >= 0 && dsock_epset_is_set(fds[i].fd);
-		}
+		any = carried(fds, n);
 	if (is_ppoll)
 		timeout_ms = t ? (int)(t->tv_sec * 1000 + t->tv_nsec / 1000000) : -1;
 	/* only sockets the kernel carries: spun on first (kspin.h; not a
@@ -138,12 +146,14 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 	 * wait, or waits for ever, reads no clock before the kernel's) */
 	int64_t start = timeout_ms > 0 ? mono_ms() : 0;
 	/* no connection on a transport yet: a cold sleep, promoted by the
-	 * first attach before its producer may announce (light.h); one
-	 * attached meanwhile: the whole path */
+	 * first attach before its producer may announce (light.h).  One
+	 * attached since the look above (during the spin, say): that look
+	 * is asked again, as one of these fds may be on a transport now */
 	struct dsock_light light;
-	int cold = !any && timeout_ms != 0 && atomic_load(&dsock_fastpath_conns) == 0;
-	if (cold && !(cold = dsock_light_enter_cold(-1, &light)))
-		any = 1;
+	int cold = 0;
+	if (!any && timeout_ms != 0 &&
+	    !(atomic_load(&dsock_fastpath_conns) == 0 && (cold = dsock_light_enter_cold(-1, &light))))
+		any = carried(fds, n);
 	if (!any) {
 		int r = (int)SYSRET(is_ppoll ? dsock_real.ppoll(fds, n, t, m) : dsock_real.poll(fds, n, timeout_ms));
 		if (cold)
@@ -268,14 +278,20 @@ int dsock_ready_select(int n, fd_set *rd, fd_set *w, fd_set *e, const struct tim
 			if (((rd && FD_ISSET(fd, rd)) || (w && FD_ISSET(fd, w)) || (e && FD_ISSET(fd, e))) &&
 			    !dsock_fdt_peek(fd))
 				dsock_epset_no_ghosts(fd);
-	if (n < 0 || n > FD_SETSIZE ||
-	    (atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) == 0 &&
+	/* (a select that waits goes the poll way even before any connection
+	 * is on a transport: it spins there, and sleeps cold, so that an
+	 * attach meanwhile counts it as a sleeper: light.h) */
+	int waits = is_pselect ? !t || t->tv_sec || t->tv_nsec : !tv || tv->tv_sec || tv->tv_usec;
+	int bad = is_pselect ? t && (t->tv_sec < 0 || t->tv_nsec < 0 || t->tv_nsec >= 1000000000L)
+			     : tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000L);
+	if (n < 0 || n > FD_SETSIZE || bad ||
+	    (!waits && atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) == 0 &&
 	     atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) == 0 &&
 	     atomic_load_explicit(&dsock_waits_socks, memory_order_relaxed) == 0))
 		return (int)SYSRET(is_pselect ? dsock_real.pselect(n, rd, w, e, t, m)
 					      : dsock_real.select(n, rd, w, e, tv));
-	/* fast-path connections exist: select as poll, so both share the
-	 * readiness logic; same results, same errors */
+	/* select as poll, so both share the readiness logic; same results,
+	 * same errors */
 	for (int fd = 0; fd < n; fd++) {
 		short ev = (short)((rd && FD_ISSET(fd, rd) ? POLLIN : 0) |
 				   (w && FD_ISSET(fd, w) ? POLLOUT : 0) | (e && FD_ISSET(fd, e) ? POLLPRI : 0));
