@@ -12,7 +12,8 @@ reaches a service on its own node): the server sees the host's address.
 
 A dsock daemon pairs connections across namespaces only by the
 kernel-recorded proof: proving_daemon() restarts the suite's daemon with
-DSOCK_BPF_PROOF=1 (root), plain_daemon() without it."""
+DSOCK_BPF_PROOF=1 (root), plain_daemon() without it.  Hosts: the same
+namespaces as hosts of their own, a daemon each."""
 import os, subprocess, time
 
 from harness import DSOCK, ENV, run
@@ -51,6 +52,31 @@ class KeptOnKernel(Place):
 
 
 KEPT = KeptOnKernel()
+
+
+class Hosts(Place):
+    """Each role in a namespace of its own on the bridge, as across(), but
+    as on hosts of their own: each with a daemon of its own (its own
+    control socket, no proof by BPF), so no connection between them is
+    paired; what dsock gives there today is the spin on kernel sockets."""
+
+    def __init__(self):
+        super().__init__(spaces=True)
+
+    def pre(self, role):
+        return super().pre(role) + ["env", "DSOCK_SOCKET=" + host_socket(role), "DSOCK_BPF_PROOF=0"]
+
+
+def host_socket(role):
+    d = os.path.join(os.path.dirname(ENV["DSOCK_SOCKET"]), "host-" + role)
+    os.makedirs(d, mode=0o755, exist_ok=True)
+    return os.path.join(d, "d.sock")
+
+
+def stop_host_daemons():
+    for role in ROLES:
+        if os.path.exists(host_socket(role) + ".lock"):
+            subprocess.run([DSOCK, "stop"], env=dict(ENV, DSOCK_SOCKET=host_socket(role)), capture_output=True)
 
 
 def ns(role):

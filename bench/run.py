@@ -116,6 +116,12 @@ ACROSS = [
      [("", "conn/s", "higher", 0)]),
     ("one 100 B request per connection, server in another namespace (bridge)", conn_req, (), "b",
      [("", "req/s", "higher", 0)]),
+    # hosts of their own (a daemon each): nothing pairs; the spin on
+    # kernel sockets is what dsock gives there
+    ("sockperf TCP ping-pong 14 B, client and server on two hosts (namespaces, a daemon each),", sockperf_pp,
+     (14, None, "--tcp"), "h", PP[:2]),
+    ("redis-benchmark GET, 50 clients, client and server on two hosts (namespaces, a daemon each)", redis,
+     ("get", 50), "h", RD),
 ]
 PLAIN_COST = "connect/accept/close loop of a program not under dsock, listener in another namespace (bridge): kernel = no programs attached, dsock = the proving daemon's attached"
 
@@ -136,7 +142,7 @@ if any(wanted(a[0]) for a in ACROSS) or wanted(PLAIN_COST):
         print("across namespaces: skipped (needs root and nft)", file=sys.stderr)
     else:
         try:
-            at = dict(zip("bd", places.build()))
+            at = dict(zip("bd", places.build()), h=places.Hosts())
             why = places.proving_daemon()
             if why:
                 print(f"across namespaces: skipped (the daemon did not attach its programs: {why})", file=sys.stderr)
@@ -147,6 +153,7 @@ if any(wanted(a[0]) for a in ACROSS) or wanted(PLAIN_COST):
                 measure(PLAIN_COST, plain_conn_rate, at["b"], metrics=[("", "conn/s", "higher", 0)])
         finally:
             places.stop_daemon()
+            places.stop_host_daemons()
             places.teardown()
 subprocess.run([DSOCK, "stop"], env=ENV, capture_output=True)
 elapsed = time.time() - t_start

@@ -80,6 +80,28 @@ void dsock_kspin_recv(int fd, int flags)
 	}
 }
 
+/* How long a look that caught a TCP reset half-way waits for the rest. */
+#define SETTLE_NS 20000LL
+
+void dsock_kspin_settle(struct pollfd *p)
+{
+	struct dsock_sock *s;
+
+	if ((p->revents & (POLLERR | POLLHUP)) != POLLERR || !(s = dsock_fdt_peek(p->fd)) || s->type != SOCK_STREAM)
+		return;
+	/* the kernel reports a reset's error before it closes the socket
+	 * (the error's wake-up comes first); a sleeper woken by it finds it
+	 * closed, a look made in between does not */
+	long long t0 = dsock_mono_ns();
+	do {
+		struct pollfd q = { .fd = p->fd, .events = p->events };
+		if (dsock_real.poll(&q, 1, 0) == 1 && (q.revents & POLLHUP)) {
+			p->revents |= q.revents;
+			return;
+		}
+	} while (dsock_mono_ns() - t0 < SETTLE_NS);
+}
+
 int dsock_kspin_poll(struct pollfd *fds, nfds_t n, int *timeout_ms)
 {
 	long long t0, deadline = -1;
@@ -96,9 +118,13 @@ int dsock_kspin_poll(struct pollfd *fds, nfds_t n, int *timeout_ms)
 	for (int round = 0;; round++) {
 		int r = dsock_real.poll(fds, n, 0);
 		if (r != 0) {
-			if (round && r > 0)
+			if (r < 0)
+				return -errno;
+			if (round)
 				dsock_kspin_found();
-			return r > 0 ? r : -errno;
+			for (nfds_t i = 0; i < n; i++)
+				dsock_kspin_settle(&fds[i]);
+			return r;
 		}
 		if (!dsock_kspin_again(&t0, deadline))
 			break;

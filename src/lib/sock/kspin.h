@@ -27,6 +27,12 @@ void dsock_kspin_recv(int fd, int flags);
  * something, else 0 with *timeout_ms less the time spun. */
 int dsock_kspin_poll(struct pollfd *fds, nfds_t n, int *timeout_ms);
 
+/* p's revents come from a look that does not wait: a TCP socket that
+ * shows an error without its hang-up is being reset, and is looked at
+ * again (up to 20 us) until it shows the reset whole, as a sleeper the
+ * reset woke sees it. */
+void dsock_kspin_settle(struct pollfd *p);
+
 /* 1 if a wait may spin now (on, a budget, the thread's spins pay); *t0
  * is the spin's state for dsock_kspin_again. */
 int dsock_kspin_start(long long *t0);

@@ -231,6 +231,9 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 		if (rang)
 			continue;
 		for (nfds_t i = 0; i < n; i++) {
+			/* (a call that did not sleep, or that a bell woke just
+			 * before, may catch a reset half-way) */
+			dsock_kspin_settle(&k[i]);
 			short ev = k[i].revents;
 			if (view[i] & 4) {
 				ev = (short)((ev & POLLNVAL) | (ev & POLLNVAL ? 0 : dsock_ready_poll_fd(fds[i].fd, fds[i].events)));
