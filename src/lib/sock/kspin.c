@@ -87,16 +87,17 @@ void dsock_kspin_settle(struct pollfd *p)
 {
 	struct dsock_sock *s;
 
-	if ((p->revents & (POLLERR | POLLHUP)) != POLLERR || !(s = dsock_fdt_peek(p->fd)) || s->type != SOCK_STREAM)
+	if (!(p->revents & POLLERR) || !(s = dsock_fdt_peek(p->fd)) || s->type != SOCK_STREAM)
 		return;
-	/* the kernel reports a reset's error before it closes the socket
-	 * (the error's wake-up comes first); a sleeper woken by it finds it
-	 * closed, a look made in between does not */
+	/* the kernel reports a reset's error before it closes the socket,
+	 * and closes it (hang-up) before it shuts both directions (input,
+	 * RDHUP); a sleeper the error woke finds all of it done, a look made
+	 * in between does not */
 	long long t0 = dsock_mono_ns();
 	do {
-		struct pollfd q = { .fd = p->fd, .events = p->events };
-		if (dsock_real.poll(&q, 1, 0) == 1 && (q.revents & POLLHUP)) {
-			p->revents |= q.revents;
+		struct pollfd q = { .fd = p->fd, .events = POLLIN | POLLRDHUP };
+		if (dsock_real.poll(&q, 1, 0) == 1 && (q.revents & (POLLHUP | POLLRDHUP)) == (POLLHUP | POLLRDHUP)) {
+			p->revents |= (short)(q.revents & (p->events | POLLERR | POLLHUP));
 			return;
 		}
 	} while (dsock_mono_ns() - t0 < SETTLE_NS);

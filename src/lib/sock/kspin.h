@@ -27,10 +27,10 @@ void dsock_kspin_recv(int fd, int flags);
  * something, else 0 with *timeout_ms less the time spun. */
 int dsock_kspin_poll(struct pollfd *fds, nfds_t n, int *timeout_ms);
 
-/* p's revents come from a look that does not wait: a TCP socket that
- * shows an error without its hang-up is being reset, and is looked at
- * again (up to 20 us) until it shows the reset whole, as a sleeper the
- * reset woke sees it. */
+/* p's revents come from a look that may not have waited: a TCP socket
+ * that shows an error may be half-way through a reset, and is looked at
+ * again (up to 20 us) until it shows the reset whole (hang-up, both
+ * directions shut), as a sleeper the reset woke sees it. */
 void dsock_kspin_settle(struct pollfd *p);
 
 /* 1 if a wait may spin now (on, a budget, the thread's spins pay); *t0
