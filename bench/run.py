@@ -149,7 +149,8 @@ if any(wanted(a[0]) for a in ACROSS) or wanted(PLAIN_COST):
             else:
                 for name, fn, a, where, metrics in ACROSS:
                     measure(name, fn, *a, at[where],
-                            raw=(lambda: (*raw("pingpong", 14), None)) if fn is sockperf_pp else None, metrics=metrics)
+                            raw=(lambda: (*raw("pingpong", 14), None)) if fn is sockperf_pp and where != "h" else None,
+                            metrics=metrics)
                 measure(PLAIN_COST, plain_conn_rate, at["b"], metrics=[("", "conn/s", "higher", 0)])
         finally:
             places.stop_daemon()
