@@ -64,13 +64,12 @@ class Hosts(Place):
         super().__init__(spaces=True)
 
     def pre(self, role):
+        os.makedirs(os.path.dirname(host_socket(role)), mode=0o755, exist_ok=True)
         return super().pre(role) + ["env", "DSOCK_SOCKET=" + host_socket(role), "DSOCK_BPF_PROOF=0"]
 
 
 def host_socket(role):
-    d = os.path.join(os.path.dirname(ENV["DSOCK_SOCKET"]), "host-" + role)
-    os.makedirs(d, mode=0o755, exist_ok=True)
-    return os.path.join(d, "d.sock")
+    return os.path.join(os.path.dirname(ENV["DSOCK_SOCKET"]), "host-" + role, "d.sock")
 
 
 def stop_host_daemons():

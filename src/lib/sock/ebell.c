@@ -44,10 +44,8 @@ void dsock_poll_bell_poke(void)
 	poke_polls(-1);
 }
 
-/* Arms the bell for a sleeper (on set epfd, or the poll in slot
- * -2 - epfd), and passes on to the other sleepers what the arming may
- * have taken from them. */
-static void arm(int epfd)
+/* (epfd below -1: the poll in slot -2 - epfd; light.h) */
+void dsock_bell_arm(int epfd)
 {
 	int mine = epfd < -1 ? -2 - epfd : -1;
 
@@ -69,16 +67,11 @@ static void arm(int epfd)
 			dsock_poke(others[i]);
 }
 
-void dsock_bell_arm(int epfd)
-{
-	arm(epfd);
-}
-
 void dsock_bell_sleep_begin(int epfd)
 {
 	/* (counted in dsock_bell_sleepers by dsock_light_bell) */
 	dsock_renew_at = 0;
-	arm(epfd);
+	dsock_bell_arm(epfd);
 }
 
 int dsock_poll_bell_begin(int *bell, int *poke)
@@ -102,7 +95,7 @@ int dsock_poll_bell_begin(int *bell, int *poke)
 		atomic_fetch_add(&dsock_bell_sleepers, 1);
 		*poke = fd;
 		dsock_renew_at = 0;
-		arm(-2 - i);
+		dsock_bell_arm(-2 - i);
 		return i + 1;
 	}
 	return 0; /* (all taken: tokens) */

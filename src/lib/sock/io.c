@@ -79,8 +79,10 @@ static ssize_t send_ours(struct dsock_sock *s, int fd, const struct msghdr *m, i
  * first (kspin.h). */
 static inline void kernel_spin(int fd, int flags)
 {
-	if (dsock_fdt_peek(fd))
-		dsock_kspin_recv(fd, flags);
+	const struct dsock_sock *s = dsock_fdt_peek(fd);
+
+	if (s)
+		dsock_kspin_recv(s, fd, flags);
 }
 
 ssize_t dsock_io_read(int fd, void *buf, size_t n)

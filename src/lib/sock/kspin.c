@@ -20,15 +20,11 @@ static int spinnable(const struct dsock_sock *s)
 	       !(atomic_load_explicit(&s->flags, memory_order_relaxed) & DSOCK_SF_LISTENED);
 }
 
-int dsock_kspin_start(long long *t0)
-{
-	if (!dsock_kspin_on || dsock_spin_ns <= 0 || !dsock_spin_worth())
-		return 0;
-	*t0 = 0;
-	return 1;
-}
-
-int dsock_kspin_again(long long *t0, long long deadline_ns)
+/* A look of a wait found nothing: 1 to look again (the first such call
+ * starts the spin, with a courtesy yield where one is due; past the pure
+ * spin every round yields), 0 when the budget (or deadline_ns, if >= 0)
+ * is spent, the outcome recorded. */
+static int again(long long *t0, long long deadline_ns)
 {
 	long long t = dsock_mono_ns();
 
@@ -51,33 +47,52 @@ int dsock_kspin_again(long long *t0, long long deadline_ns)
 	return 1;
 }
 
-void dsock_kspin_found(void)
+int dsock_kspin_looks(int (*look)(void *arg), void *arg, int *timeout_ms)
 {
-	dsock_spin_outcome(1);
+	long long t0 = 0, deadline = -1;
+
+	if (!dsock_kspin_on || dsock_spin_ns <= 0 || !dsock_spin_worth())
+		return 0;
+	if (*timeout_ms > 0)
+		deadline = dsock_mono_ns() + *timeout_ms * 1000000LL;
+	for (int round = 0;; round++) {
+		int r = look(arg);
+		if (r != 0) {
+			/* (the first look is no spin: it had something at once) */
+			if (round && r > 0)
+				dsock_spin_outcome(1);
+			return r;
+		}
+		if (!again(&t0, deadline))
+			break;
+	}
+	if (*timeout_ms > 0) {
+		long long left = deadline - dsock_mono_ns();
+		*timeout_ms = left > 0 ? (int)((left + 999999) / 1000000) : 0;
+	}
+	return 0;
 }
 
-void dsock_kspin_recv(int fd, int flags)
+/* A receive's look: 1 once the socket is readable (or the look fails:
+ * the receive then tells). */
+static int readable_look(void *arg)
 {
-	struct dsock_sock *s = dsock_fdt_peek(fd);
+	return dsock_real.poll(arg, 1, 0) != 0;
+}
+
+void dsock_kspin_recv(const struct dsock_sock *s, int fd, int flags)
+{
 	struct pollfd p = { .fd = fd, .events = POLLIN };
-	long long t0;
+	int forever = -1;
 
 	/* (a receive that returns at once anyway: nothing to spin for) */
 	if ((flags & (MSG_DONTWAIT | MSG_ERRQUEUE | MSG_OOB)) || !spinnable(s) ||
-	    (atomic_load_explicit(&s->flags, memory_order_relaxed) & DSOCK_SF_NONBLOCK) || !dsock_kspin_start(&t0))
+	    (atomic_load_explicit(&s->flags, memory_order_relaxed) & DSOCK_SF_NONBLOCK))
 		return;
 	/* readable as the kernel's receive sees it (SO_RCVLOWAT, EOF, an
 	 * error): the call that follows returns without sleeping, and it,
 	 * not a look of ours, takes the data or the error */
-	for (int round = 0;; round++) {
-		if (dsock_real.poll(&p, 1, 0) != 0) {
-			if (round)
-				dsock_kspin_found();
-			return;
-		}
-		if (!dsock_kspin_again(&t0, -1))
-			return;
-	}
+	dsock_kspin_looks(readable_look, &p, &forever);
 }
 
 /* How long a look that caught a TCP reset half-way waits for the rest. */
@@ -103,36 +118,31 @@ void dsock_kspin_settle(struct pollfd *p)
 	} while (dsock_mono_ns() - t0 < SETTLE_NS);
 }
 
+struct poll_args {
+	struct pollfd *fds;
+	nfds_t n;
+};
+
+static int poll_look(void *arg)
+{
+	struct poll_args *a = arg;
+	int r = dsock_real.poll(a->fds, a->n, 0);
+
+	if (r < 0)
+		return -errno;
+	for (nfds_t i = 0; r > 0 && i < a->n; i++)
+		dsock_kspin_settle(&a->fds[i]);
+	return r;
+}
+
 int dsock_kspin_poll(struct pollfd *fds, nfds_t n, int *timeout_ms)
 {
-	long long t0, deadline = -1;
+	struct poll_args a = { fds, n };
 	int any = 0;
 
 	if (!dsock_kspin_on || !*timeout_ms)
 		return 0;
 	for (nfds_t i = 0; i < n && !any; i++)
 		any = fds[i].fd >= 0 && spinnable(dsock_fdt_peek(fds[i].fd));
-	if (!any || !dsock_kspin_start(&t0))
-		return 0;
-	if (*timeout_ms > 0)
-		deadline = dsock_mono_ns() + *timeout_ms * 1000000LL;
-	for (int round = 0;; round++) {
-		int r = dsock_real.poll(fds, n, 0);
-		if (r != 0) {
-			if (r < 0)
-				return -errno;
-			if (round)
-				dsock_kspin_found();
-			for (nfds_t i = 0; i < n; i++)
-				dsock_kspin_settle(&fds[i]);
-			return r;
-		}
-		if (!dsock_kspin_again(&t0, deadline))
-			break;
-	}
-	if (*timeout_ms > 0) {
-		long long left = deadline - dsock_mono_ns();
-		*timeout_ms = left > 0 ? (int)((left + 999999) / 1000000) : 0;
-	}
-	return 0;
+	return any ? dsock_kspin_looks(poll_look, &a, timeout_ms) : 0;
 }

@@ -14,12 +14,14 @@
 /* 1 unless DSOCK_KERNEL_SPIN=0 (read at start-up). */
 extern int dsock_kspin_on;
 
-/* A receive of flags on fd (a tracked socket whose data the kernel
+struct dsock_sock;
+
+/* A receive of flags on fd (s: its tracked socket, whose data the kernel
  * carries: on no transport, or not paired yet) is about to be made: when
  * it would sleep, fd is looked at (poll, no waiting) until it is readable
  * or the budget is spent.  The receive itself is the caller's, which
  * keeps every rule of the kernel's (SO_RCVLOWAT, MSG_WAITALL, errors). */
-void dsock_kspin_recv(int fd, int flags);
+void dsock_kspin_recv(const struct dsock_sock *s, int fd, int flags);
 
 /* poll(fds, n) with no transport's socket among them, about to wait
  * *timeout_ms (-1: for ever): its looks without waiting, while fds holds
@@ -33,15 +35,10 @@ int dsock_kspin_poll(struct pollfd *fds, nfds_t n, int *timeout_ms);
  * directions shut), as a sleeper the reset woke sees it. */
 void dsock_kspin_settle(struct pollfd *p);
 
-/* 1 if a wait may spin now (on, a budget, the thread's spins pay); *t0
- * is the spin's state for dsock_kspin_again. */
-int dsock_kspin_start(long long *t0);
-/* A look of a wait found nothing: 1 to look again (the first such call
- * starts the spin, with a courtesy yield where one is due; past the pure
- * spin every round yields), 0 when the budget (or deadline_ns, if >= 0)
- * is spent, the outcome recorded. */
-int dsock_kspin_again(long long *t0, long long deadline_ns);
-/* A round after the first found something. */
-void dsock_kspin_found(void);
+/* A wait's looks without waiting, for the budget (or until *timeout_ms,
+ * if > 0, runs out), if this thread's spins pay (spin.h): look(arg)
+ * returns 0 for nothing, else what the wait returns (a count, -errno).
+ * Its result, or 0 with *timeout_ms (if > 0) less the time spun. */
+int dsock_kspin_looks(int (*look)(void *arg), void *arg, int *timeout_ms);
 
 #endif

@@ -128,11 +128,13 @@ void dsock_light_exec(void);
 /* ebell.c.  As dsock_sleep_begin (ready.h), for a poller that
  * dsock_light_bell counted as a bell sleeper on set epfd. */
 void dsock_bell_sleep_begin(int epfd);
-/* A bell sleeper on set epfd arms the bell (drains it, takes the queues).
- * One bell serves every set that holds it, so what it drained and took
- * may be another set's: each other set holding the bell that has a
+/* A bell sleeper on set epfd (below -1: the poll sleeper in slot
+ * -2 - epfd) arms the bell (drains it, takes the queues).  One bell
+ * serves every set and poll that sleeps on it, so what it drained and
+ * took may be another's: each other set holding the bell that has a
  * sleeper and data to report is poked (its wait may have found the bell
- * drained already). */
+ * drained already), and, when a ring was drained, every other poll
+ * sleeper. */
 void dsock_bell_arm(int epfd);
 /* poll, ppoll, select and pselect sleep on the bell too (poll.c), up to
  * 32 threads at a time, each in a slot of its own: the slot's number + 1

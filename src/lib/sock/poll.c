@@ -284,11 +284,11 @@ int dsock_ready_select(int n, fd_set *rd, fd_set *w, fd_set *e, const struct tim
 	/* (a select that waits goes the poll way even before any connection
 	 * is on a transport: it spins there, and sleeps cold, so that an
 	 * attach meanwhile counts it as a sleeper: light.h) */
-	int waits = is_pselect ? !t || t->tv_sec || t->tv_nsec : !tv || tv->tv_sec || tv->tv_usec;
+	int blocks = is_pselect ? !t || t->tv_sec || t->tv_nsec : !tv || tv->tv_sec || tv->tv_usec;
 	int bad = is_pselect ? t && (t->tv_sec < 0 || t->tv_nsec < 0 || t->tv_nsec >= 1000000000L)
 			     : tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000L);
 	if (n < 0 || n > FD_SETSIZE || bad ||
-	    (!waits && atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) == 0 &&
+	    (!blocks && atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) == 0 &&
 	     atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) == 0 &&
 	     atomic_load_explicit(&dsock_waits_socks, memory_order_relaxed) == 0))
 		return (int)SYSRET(is_pselect ? dsock_real.pselect(n, rd, w, e, t, m)

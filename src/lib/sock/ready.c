@@ -356,32 +356,18 @@ static int epoll_now(int epfd, int kfd, struct epoll_event *ev, int max, int ker
 	return n;
 }
 
-/* Looks at the set without waiting for the spin's budget (kspin.h): the
- * count of one that found something (or -errno), else 0 with
- * *timeout_ms less the time spun. */
-static int kernel_spin(int epfd, int kfd, struct epoll_event *ev, int max, int *timeout_ms)
-{
-	long long t0, deadline = -1;
-	int n;
+struct epoll_args {
+	int epfd, kfd, max;
+	struct epoll_event *ev;
+};
 
-	if (!dsock_kspin_start(&t0))
-		return 0;
-	if (*timeout_ms > 0)
-		deadline = dsock_mono_ns() + *timeout_ms * 1000000LL;
-	for (int round = 0;; round++) {
-		if ((n = epoll_now(epfd, kfd, ev, max, 1, 0, 0)) != 0) {
-			if (round && n > 0)
-				dsock_kspin_found();
-			return n;
-		}
-		if (!dsock_kspin_again(&t0, deadline))
-			break;
-	}
-	if (*timeout_ms > 0) {
-		long long left = deadline - dsock_mono_ns();
-		*timeout_ms = left > 0 ? (int)((left + 999999) / 1000000) : 0;
-	}
-	return 0;
+/* A look at the set without waiting, for the spin on kernel sockets
+ * (kspin.h). */
+static int epoll_look(void *arg)
+{
+	struct epoll_args *a = arg;
+
+	return epoll_now(a->epfd, a->kfd, a->ev, a->max, 1, 0, 0);
 }
 
 int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
@@ -408,7 +394,8 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	 * holds only during its own call) */
 	if (blocking && max > 0 && (kind == DSOCK_EPW_WAIT || (kind == DSOCK_EPW_PWAIT && !m)) &&
 	    !atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) && dsock_kspin_on &&
-	    dsock_light_capable(epfd) && (n = kernel_spin(epfd, kfd, ev, max, &timeout_ms)) != 0)
+	    dsock_light_capable(epfd) &&
+	    (n = dsock_kspin_looks(epoll_look, &(struct epoll_args){ epfd, kfd, max, ev }, &timeout_ms)) != 0)
 		return n;
 	struct dsock_light light;
 	/* no connection on a transport yet: a cold sleep, promoted by the

@@ -16,8 +16,9 @@
  * look).  The sets hold the bell level-triggered, and only an arming
  * drains it: a look by a thread that does not sleep leaves a ring for the
  * sleeper (the kernel wakes a waiter while the bell is readable).  A
- * thread that sleeps counted in dsock_sleepers (a blocking receive, poll,
- * a set without our bell) ends the bells too: tokens. */
+ * thread that sleeps counted in dsock_sleepers (a blocking receive, a
+ * poll past the sleepers' slots, a set without our bell) ends the bells
+ * too: tokens. */
 #include "lib/transport/shm/link_int.h"
 #include "lib/base/real.h"
 #include "lib/ctl/ctl.h"
@@ -92,33 +93,37 @@ void shm_link_disarm_bells(void)
 	pthread_mutex_unlock(&shm_links_mu);
 }
 
-int shm_link_arm_bells(void)
+/* Drains our bell: 1 if it was rung.  *own: the bell's fd, or -1. */
+static int drain_own(int *own)
 {
 	uint64_t count = 0;
-	int own;
 
-	if (!atomic_load_explicit(&shm_nlinks, memory_order_relaxed)) {
-		/* (a ring that came before the last link went: never left
-		 * readable, or every sleep on the bell would wake at once) */
-		if ((own = atomic_load(&shm_own_bell)) >= 0 && dsock_real.read(own, &count, sizeof(count)) < 0)
-			count = 0;
-		return count != 0;
-	}
+	if ((*own = atomic_load(&shm_own_bell)) >= 0 && dsock_real.read(*own, &count, sizeof(count)) < 0)
+		count = 0; /* (not rung: EAGAIN) */
+	return count != 0;
+}
+
+int shm_link_arm_bells(void)
+{
+	int own, rang;
+
+	/* (a ring that came before the last link went: never left readable,
+	 * or every sleep on the bell would wake at once) */
+	if (!atomic_load_explicit(&shm_nlinks, memory_order_relaxed))
+		return drain_own(&own);
 	pthread_mutex_lock(&shm_links_mu);
 	/* drained first (the sets hold it level-triggered: it stays readable
 	 * until a sleeper arms it again, whatever other threads look); a
 	 * ring from here on wakes the sleep that follows.  Only a sleeper on
 	 * the one set that holds the bell arms (light.h), and it looks at
 	 * that set after this */
-	own = atomic_load(&shm_own_bell);
-	if (own >= 0 && dsock_real.read(own, &count, sizeof(count)) < 0)
-		count = 0; /* (not rung: EAGAIN) */
+	rang = drain_own(&own);
 	/* a thread asleep counted in dsock_sleepers (it counts itself
 	 * before it takes links_mu to end them) wants tokens */
 	if (atomic_load(&dsock_sleepers) > 0 || own < 0) {
 		shm_link_end_and_take_locked();
 		pthread_mutex_unlock(&shm_links_mu);
-		return count != 0;
+		return rang;
 	}
 	for (struct shm_link *l = shm_links; l; l = l->next) {
 		shm_link_end_lease_locked(l);
@@ -133,6 +138,6 @@ int shm_link_arm_bells(void)
 	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* rung before the entries */
 	shm_link_take_all_locked();
 	pthread_mutex_unlock(&shm_links_mu);
-	return count != 0;
+	return rang;
 }
 

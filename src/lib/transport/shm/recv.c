@@ -203,7 +203,7 @@ static ssize_t recv_pending(struct dsock_sock *s, struct shm_conn *c, int fd, st
 			continue;
 		}
 		/* (not paired yet: its wait spins as one on a kernel socket) */
-		dsock_kspin_recv(fd, flags);
+		dsock_kspin_recv(s, fd, flags);
 		r = dsock_real.recvmsg(fd, m, flags);
 		err = errno;
 		if (r > 0 && !(flags & MSG_PEEK))
