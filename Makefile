@@ -41,6 +41,15 @@ DAEMON_LIBS    = -lbpf
 $(BUILD)/obj/bin/daemon/ident.o: CFLAGS += -DDSOCK_HAVE_BPF
 endif
 
+# Links to other hosts' daemons (daemon/hostlink.c) need OpenSSL's
+# headers; without them dsockd is built without them (and says so when
+# asked for them).
+TLS ?= $(shell test -r /usr/include/openssl/ssl.h && echo 1)
+ifeq ($(TLS),1)
+DAEMON_LIBS   += -lssl -lcrypto
+$(BUILD)/obj/bin/daemon/hostlink.o $(BUILD)/obj/bin/daemon/hostkey.o: CFLAGS += -DDSOCK_HAVE_TLS
+endif
+
 LIBDSOCK = $(BUILD)/lib/libdsock.so
 DSOCKD   = $(BUILD)/bin/dsockd
 DSOCK    = $(BUILD)/bin/dsock

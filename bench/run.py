@@ -20,7 +20,8 @@ import places
 from harness import (FULL, S, REPS, SIZES, UDP_SIZES, CONNS, ONE, PAIRS, DSOCK, ENV, TMP, args, measure, results,
                      run, scale_pairs)
 from workloads import (PGBIN, conn_one, conn_rate, conn_req, conn_scale, download, haproxy_nginx, idle_cpu, iperf,
-                       memcached, nf_chain, nginx, pairs, pgbench, raw, redis, sockperf_pp, sockperf_tp, web_service)
+                       memcached, nf_chain, nginx, pairs, pgbench, pp_beside_bulk, raw, redis, sockperf_pp, sockperf_tp,
+                       web_service)
 
 # ---- the run -----------------------------------------------------------------
 def wanted(name):
@@ -120,8 +121,15 @@ ACROSS = [
     # kernel sockets is what dsock gives there
     ("sockperf TCP ping-pong 14 B, client and server on two hosts (namespaces, a daemon each),", sockperf_pp,
      (14, None, "--tcp"), "h", PP[:2]),
-    ("redis-benchmark GET, 50 clients, client and server on two hosts (namespaces, a daemon each)", redis,
-     ("get", 50), "h", RD),
+    ("sockperf TCP throughput 14 B, client and server on two hosts", sockperf_tp, (14, "--tcp"), "h", TP),
+    ("redis-benchmark GET, 64 clients, client and server on two hosts", redis, ("get", 64), "h", RD),
+    ("redis-benchmark SET, 64 clients, client and server on two hosts", redis, ("set", 64), "h", RD),
+    ("memcached, memcaslap 64 clients (9:1 get:set), client and server on two hosts", memcached, (64,), "h",
+     [("", "req/s", "higher", 0)]),
+    ("iperf3 1 stream, client and server on two hosts", iperf, (1,), "h", [("", "Gbit/s", "higher", 0)]),
+    ("iperf3 4 streams, client and server on two hosts", iperf, (4,), "h", [("", "Gbit/s", "higher", 0)]),
+    ("sockperf TCP ping-pong 14 B beside an iperf3 stream, between the same two hosts,", pp_beside_bulk, (), "h",
+     PP[:2]),
 ]
 PLAIN_COST = "connect/accept/close loop of a program not under dsock, listener in another namespace (bridge): kernel = no programs attached, dsock = the proving daemon's attached"
 

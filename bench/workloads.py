@@ -45,12 +45,30 @@ def pairs(mode, n):
     return round(rate), max(float(re.search(r"percentile 99.000 =\s+([\d.]+)", o).group(1)) for o in outs)
 
 
-def iperf(mode, streams=1):
+def iperf(mode, streams=1, at=LOOP):
     p = port()
-    srv = start(["iperf3", "-s", "-1", "-p", str(p), "-B", "127.0.0.1"], mode, port=p)
-    out = run(["iperf3", "-c", "127.0.0.1", "-p", str(p), "-t", str(S), "-P", str(streams), "-J"], mode).stdout
+    srv = start(["iperf3", "-s", "-1", "-p", str(p), "-B", at.addr("server")], mode, port=p, pre=at.pre("server"))
+    out = run(["iperf3", "-c", at.dial("server"), "-p", str(p), "-t", str(S), "-P", str(streams), "-J"], mode,
+              pre=at.pre("client")).stdout
     stop(srv)
     return round(json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9, 2)
+
+
+def pp_beside_bulk(mode, at=LOOP):
+    """sockperf TCP ping-pong (14 B) while an iperf3 stream runs between
+    the same two places: the small messages' p50 and p99, us."""
+    p, q = port(), port()
+    bulk_srv = start(["iperf3", "-s", "-1", "-p", str(q), "-B", at.addr("server")], mode, port=q, pre=at.pre("server"))
+    bulk = subprocess.Popen(wrap(mode, None, at.pre("client")) + ["iperf3", "-c", at.dial("server"), "-p", str(q),
+                                                                   "-t", str(S + 4)],
+                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1)
+    try:
+        r = sockperf_pp(mode, 14, None, "--tcp", at)
+    finally:
+        bulk.wait(timeout=S * 4 + 60)
+        stop(bulk_srv)
+    return r[0], r[1]
 
 
 def redis_server(mode, p, pin=None, at=LOOP):
@@ -71,15 +89,17 @@ def redis(mode, test="get", clients=1, at=LOOP):
     return float(m.group(2)) * 1000, float(m.group(1))
 
 
-def memcached(mode, clients):
+def memcached(mode, clients, at=LOOP):
     """memcached (one worker thread, memory enough for every set of the
     run: evictions would make a faster run's gets misses, and cheaper)
     under memcaslap (Debian's libmemcached-tools: one thread, `clients`
     connections, 9:1 get:set): requests/s."""
     p = port()
     srv = start(["memcached", "-u", "root" if os.geteuid() == 0 else os.environ.get("USER", "nobody"),
-                 "-l", "127.0.0.1", "-p", str(p), "-m", "4096", "-U", "0", "-t", "1", "-c", str(clients + 64)], mode, port=p)
-    out = run(["memcaslap", "-s", f"127.0.0.1:{p}", "-T", "1", "-c", str(clients), "-t", f"{S}s"], mode).stdout
+                 "-l", at.addr("db"), "-p", str(p), "-m", "4096", "-U", "0", "-t", "1", "-c", str(clients + 64)], mode,
+                port=p, pre=at.pre("db"))
+    out = run(["memcaslap", "-s", f"{at.dial('db')}:{p}", "-T", "1", "-c", str(clients), "-t", f"{S}s"], mode,
+              pre=at.pre("client")).stdout
     stop(srv)
     return float(re.findall(r"TPS: (\d+)", out)[-1])
 

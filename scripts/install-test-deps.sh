@@ -4,7 +4,7 @@
 set -eu
 PKGS="build-essential make gcc clang libclang-rt-dev gdb python3 iproute2 procps
       sockperf iperf3 redis-server redis-tools nginx-light wrk haproxy curl bc linux-perf
-      memcached libmemcached-tools postgresql default-jdk-headless libbpf-dev nftables"
+      memcached libmemcached-tools postgresql default-jdk-headless libbpf-dev nftables libssl-dev openssl"
 SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
 missing=

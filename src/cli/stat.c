@@ -43,7 +43,7 @@ static const char *field(const char *rec, const char *key, char *out, size_t n)
 static void print_line(const char *text, void *arg)
 {
 	int raw = *(int *)arg;
-	char a[64], b[64], c[64], d[64], e[64], f[64], g[64], h[64];
+	char a[64], b[64], c[64], d[64], e[64], f[64], g[64], h[64], i[80];
 
 	if (raw) {
 		puts(text);
@@ -72,11 +72,20 @@ static void print_line(const char *text, void *arg)
 		       field(text, "comm", b, 64), field(text, "uid", c, 64), field(text, "lived", d, 64),
 		       field(text, "socks", e, 64));
 	} else if (!strncmp(text, "sock ", 5)) {
-		printf("  %-5s %-6s %-11s %-24s %-24s %-7s %s (%s)\n", field(text, "fd", a, 64),
+		int on_host = strcmp(field(text, "host", a, 64), "-");
+		printf("  %-5s %-6s %-11s %-24s %-24s %-7s %s (%s)%s%s\n", field(text, "fd", h, 64),
 		       field(text, "proto", b, 64), field(text, "state", c, 64),
 		       field(text, "local", d, 64), field(text, "peer", e, 64),
 		       field(text, "path", f, 64), field(text, "reason", g, 64),
-		       field(text, "via", h, 64));
+		       field(text, "via", i, 64), on_host ? ", other end on host " : "", on_host ? a : "");
+	} else if (!strncmp(text, "hostkey ", 8)) {
+		printf("hosts   this host's key %s, listening on %s, %s hosts allowed\n", field(text, "fp", i, 80),
+		       field(text, "listen", a, 64), field(text, "allowed", b, 64));
+	} else if (!strncmp(text, "hostlink ", 9)) {
+		printf("  link %s %s %s, host %s: claims %s sent, %s received; answers %s sent, %s received\n",
+		       field(text, "dir", a, 64), field(text, "addr", b, 64), field(text, "state", c, 64),
+		       field(text, "host", d, 64), field(text, "claims_out", e, 64), field(text, "claims_in", f, 64),
+		       field(text, "answers_out", g, 64), field(text, "answers_in", h, 64));
 	}
 }
 

@@ -29,6 +29,9 @@ const char *dsock_reason_name(unsigned r)
 		[DSOCK_R_UNPROVEN] = "handshake-unproven",
 		[DSOCK_R_FASTOPEN] = "tcp-fast-open",
 		[DSOCK_R_NOT_OWNER] = "socket-of-another-user",
+		[DSOCK_R_HOST_NO_TRANSPORT] = "other-host-no-transport",
+		[DSOCK_R_HOST_REFUSED] = "host-not-allowed",
+		[DSOCK_R_HOST_UNREACHABLE] = "host-daemon-unreachable",
 	};
 	return r < DSOCK_R_MAX ? n[r] : "?";
 }

@@ -46,6 +46,14 @@ enum dsock_reason {
 	DSOCK_R_NOT_OWNER,     /* offered by a process (not root) of another
 				* user than the one that made the socket: a
 				* socket received from another tenant */
+	DSOCK_R_HOST_NO_TRANSPORT, /* proven the two ends of one connection on two
+				    * hosts (their daemons agree); no transport
+				    * between hosts in this build */
+	DSOCK_R_HOST_REFUSED,  /* the other host's daemon and this one do not
+				* both have each other's key on their
+				* allow-lists */
+	DSOCK_R_HOST_UNREACHABLE, /* no link to the other host's daemon (none
+				   * listens, it failed, or it went away) */
 	DSOCK_R_MAX,
 };
 

@@ -7,10 +7,15 @@
  * SIGHUP) are made again: until then new connections have no record and
  * stay on the kernel.  Only this process holds a
  * writable fd of the record map: a forged record could pair one tenant's
- * socket with another's.  One proving daemon per host: a second one finds
- * the first one's sockops program attached at the root and stays off
- * (two would each find the other's option written, bpf_store_hdr_opt:
- * EEXIST, and their records would not match). */
+ * socket with another's.  One set of programs per host: a second proving
+ * daemon (another host's, simulated in a network namespace, or a private
+ * one) finds the first one's sockops program attached at the root and
+ * attaches none of its own (two would each find the other's option
+ * written, bpf_store_hdr_opt: EEXIST, and their records would not match);
+ * it reads the records those programs keep through the socket itself
+ * (getsockopt DSOCK_IDENTITY, which the getsockopt program serves to any
+ * holder of a socket, read-only), and attaches its own once they are
+ * gone. */
 #include "daemon/ident.h"
 #include "common/log.h"
 #include "common/paths.h"
@@ -26,6 +31,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,6 +42,7 @@ static struct bpf_object *obj;
 static struct bpf_link *links[3];
 static int rec_map = -1;
 static int cgroup_fd = -1;
+static int reader; /* another daemon's programs are attached: records by getsockopt */
 static long long watch_ms = 2000, watch_next; /* (0: no watch) */
 
 /* libbpf's messages, warnings only, into the daemon's log */
@@ -183,7 +190,13 @@ int dd_ident_start(const char *socket_path)
 	if (w && *w)
 		watch_ms = atoll(w) > 0 ? atoll(w) : 0;
 	libbpf_set_print(quiet);
-	if ((r = attach())) {
+	if ((r = attach()) == -EEXIST) {
+		reader = 1;
+		DSOCK_INFO("kernel-recorded proof by another daemon's programs: they are attached on this host; "
+			   "reading their records");
+		return 0;
+	}
+	if (r) {
 		/* (a warning when asked; by default, where it cannot, a note) */
 		const char *why = r == -EEXIST ? "another daemon's programs are attached on this host" : strerror(-r);
 		if (asked)
@@ -198,14 +211,31 @@ int dd_ident_start(const char *socket_path)
 
 int dd_ident_on(void)
 {
-	return rec_map >= 0;
+	return rec_map >= 0 || reader;
 }
 
 int dd_ident_read(int fd, struct dsock_ident_rec *out)
 {
+	socklen_t len = sizeof(*out);
+
+	if (reader)
+		return getsockopt(fd, DSOCK_SOL, DSOCK_IDENTITY, out, &len) ? -errno : len == sizeof(*out) ? 0 : -ENOENT;
 	if (rec_map < 0)
 		return -ENOSYS;
 	return bpf_map_lookup_elem(rec_map, &fd, out) ? -errno : 0;
+}
+
+/* A reader whose programs' daemon left attaches its own (the records of
+ * connections made before are gone with the other's map). */
+static void reader_watch(void)
+{
+	struct bpf_map *m = bpf_object__find_map_by_name(obj, "dsock_ident");
+
+	if (!m || ours_attached(cgroup_fd) || link_all())
+		return;
+	reader = 0;
+	rec_map = bpf_map__fd(m);
+	DSOCK_INFO("kernel-recorded proof on: the other daemon's programs are gone; this daemon's are attached");
 }
 
 int dd_ident_watch(int now)
@@ -214,13 +244,17 @@ int dd_ident_watch(int now)
 	long long now_ms;
 	int gone = 0, r;
 
-	if (rec_map < 0 || (!now && !watch_ms))
+	if ((rec_map < 0 && !reader) || (!now && !watch_ms))
 		return -1;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	now_ms = ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
 	if (!now && now_ms < watch_next)
 		return (int)(watch_next - now_ms);
 	watch_next = now_ms + watch_ms;
+	if (reader) {
+		reader_watch();
+		return watch_ms ? (int)watch_ms : -1;
+	}
 	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
 		gone += detached(links[i]);
 	if (gone) {
@@ -244,6 +278,7 @@ void dd_ident_stop(void)
 	bpf_object__close(obj);
 	obj = NULL;
 	rec_map = -1;
+	reader = 0;
 	if (cgroup_fd >= 0)
 		close(cgroup_fd);
 	cgroup_fd = -1;

@@ -7,6 +7,8 @@
  * second instance exit 0 at once, so any number of `dsock run` may try to
  * start it concurrently. */
 #include "daemon/server.h"
+#include "daemon/hostkey.h"
+#include "daemon/hostlink.h"
 #include "daemon/ident.h"
 #include "daemon/pairing.h"
 #include "daemon/policy.h"
@@ -33,7 +35,10 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: dsockd [--socket PATH] [--foreground] [--log FILE] [--log-level LEVEL]\n"
 		"              [--max-clients N]\n"
-		"The dsock control daemon. `dsock run` starts it when needed; see dsock --help.\n");
+		"       dsockd --fingerprint\n"
+		"The dsock control daemon. `dsock run` starts it when needed; see dsock --help.\n"
+		"--fingerprint prints this host's key (DSOCK_HOST_KEY, else /var/lib/dsock/host.key;\n"
+		"made when missing) as other hosts' allow-lists name it, and exits.\n");
 }
 
 /* mkdir -p for the socket's directory; private to the user unless root. */
@@ -80,6 +85,7 @@ int main(int argc, char **argv)
 		{ "socket", required_argument, 0, 's' }, { "foreground", no_argument, 0, 'f' },
 		{ "log", required_argument, 0, 'l' },    { "log-level", required_argument, 0, 'L' },
 		{ "max-clients", required_argument, 0, 'm' }, { "help", no_argument, 0, 'h' },
+		{ "fingerprint", no_argument, 0, 'F' },
 		{ 0, 0, 0, 0 },
 	};
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)], lock_path[sizeof(path) + 8];
@@ -108,6 +114,15 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'h': usage(stdout); return 0;
+		case 'F': {
+			char fp[DD_FP_LEN], why[512];
+			if (dd_hosts_fingerprint(fp, why, sizeof(why))) {
+				fprintf(stderr, "dsockd: %s\n", why);
+				return 1;
+			}
+			puts(fp);
+			return 0;
+		}
 		default: usage(stderr); return 2;
 		}
 	}

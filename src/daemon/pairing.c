@@ -4,6 +4,8 @@
  * resources (provision.h) and lives in pairs.c. */
 #include "daemon/pairing.h"
 #include "common/hmap.h"
+#include "daemon/hostlink.h"
+#include "common/ident.h"
 #include "daemon/policy.h"
 #include "daemon/proof.h"
 #include "daemon/provision.h"
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,6 +35,12 @@ struct dd_offer {
 	struct dd_offer *hnext;             /* same key */
 	struct dd_offer *qprev, *qnext;     /* its wait class, oldest first */
 	int wait;                           /* which class */
+	/* Between hosts (hostlink.h).  remote: not an offer but another
+	 * host's claim, which came over link `link` from allow-list entry
+	 * `host` (to.proc NULL).  Otherwise claim_id, when not 0, names the
+	 * claim this offer sent to the peer's host over link `link`. */
+	int remote, host;
+	uint64_t claim_id, link;
 };
 
 /* Each side offers at its first data call, so either may come first, and
@@ -50,8 +59,14 @@ static const int wait_ms[NWAITS] = { 4000, 300 };
 
 static struct dsock_hmap by_key; /* key -> the newest offer with it */
 static struct dsock_hmap by_end; /* (process, socket id) -> its offer */
+static struct dsock_hmap by_claim; /* our claim's id -> its offer */
 static struct dd_offer *qhead[NWAITS], *qtail[NWAITS];
-static unsigned long n_paired, n_kernel, n_pending, n_stale;
+static unsigned long n_paired, n_kernel, n_pending, n_stale, n_remote, n_remote_waiting;
+/* claims of other hosts waiting at once: beyond, refused */
+#define REMOTE_WAITING_MAX 65536
+
+static void proven_remote(struct dd_offer *o, const struct dd_offer *r);
+static void claim(struct dd_offer *o);
 
 static int64_t now_ms(void)
 {
@@ -80,14 +95,16 @@ static int insert(struct dd_offer *o)
 {
 	uint64_t v = 0;
 
-	if (dsock_hmap_put(&by_end, end_key(o->to.proc, o->sock_id), (uint64_t)(uintptr_t)o))
+	if (!o->remote && dsock_hmap_put(&by_end, end_key(o->to.proc, o->sock_id), (uint64_t)(uintptr_t)o))
 		return -ENOMEM;
 	dsock_hmap_get(&by_key, o->id.key, &v);
 	o->hnext = (struct dd_offer *)(uintptr_t)v;
 	if (dsock_hmap_put(&by_key, o->id.key, (uint64_t)(uintptr_t)o)) {
-		dsock_hmap_del(&by_end, end_key(o->to.proc, o->sock_id));
+		if (!o->remote)
+			dsock_hmap_del(&by_end, end_key(o->to.proc, o->sock_id));
 		return -ENOMEM;
 	}
+	n_remote_waiting += o->remote;
 	o->qnext = NULL;
 	o->qprev = qtail[o->wait];
 	if (o->qprev)
@@ -114,8 +131,12 @@ static void unlink_offer(struct dd_offer *o)
 		dsock_hmap_put(&by_key, o->id.key, (uint64_t)(uintptr_t)head); /* an update: no allocation */
 	else
 		dsock_hmap_del(&by_key, o->id.key);
-	if (dsock_hmap_get(&by_end, end_key(o->to.proc, o->sock_id), &v) && v == (uint64_t)(uintptr_t)o)
+	if (!o->remote && dsock_hmap_get(&by_end, end_key(o->to.proc, o->sock_id), &v) &&
+	    v == (uint64_t)(uintptr_t)o)
 		dsock_hmap_del(&by_end, end_key(o->to.proc, o->sock_id));
+	if (!o->remote && o->claim_id && dsock_hmap_get(&by_claim, o->claim_id, &v) && v == (uint64_t)(uintptr_t)o)
+		dsock_hmap_del(&by_claim, o->claim_id);
+	n_remote_waiting -= o->remote;
 	if (o->qprev)
 		o->qprev->qnext = o->qnext;
 	else
@@ -139,7 +160,11 @@ static struct dd_offer *find_mate(const struct dd_offer *o, int fd)
 		return NULL;
 	for (struct dd_offer *x = (struct dd_offer *)(uintptr_t)v, *next; x; x = next) {
 		next = x->hnext;
-		if (x->proof != o->proof || x->prov != o->prov || !o->proof->proves(&x->id, &o->id))
+		if (x->proof != o->proof || !o->proof->proves(&x->id, &o->id))
+			continue;
+		/* another host's claim pairs with an offer of ours, never with
+		 * another claim */
+		if (x->remote || o->remote ? x->remote == o->remote : x->prov != o->prov)
 			continue;
 		if (!o->proof->still || o->proof->still(&x->id, fd))
 			return x;
@@ -237,7 +262,10 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 	close(fd);
 	if (x) {
 		unlink_offer(x);
-		pair(x, &o);
+		if (x->remote)
+			proven_remote(&o, x);
+		else
+			pair(x, &o);
 		free(x);
 		return;
 	}
@@ -257,6 +285,119 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 	struct dsock_msg_result held = { .sock_id = m->sock_id, .transport = (uint16_t)m->transport,
 					 .result = DSOCK_RES_HELD };
 	dd_send_result(to, &held, -1);
+	if (o.proof->id == DSOCK_PROOF_HANDSHAKE && m->role == DSOCK_OFFER_CONNECT && dd_hosts_on() &&
+	    !dd_listener_known(&o.id.peer) && !dd_socket_known(&o.id.peer, &o.id.local))
+		claim(n);
+}
+
+/* Between hosts (hostlink.h). */
+
+/* Our offer o is proven one end of a connection whose other end another
+ * host's daemon holds: no transport between hosts yet, so it stays on the
+ * kernel, and `dsock stat` names that host. */
+static void remote_proven(struct dd_offer *o, int host)
+{
+	n_remote++;
+	dd_proc_set_host(o->to.proc, o->sock_id, host);
+	answer_kernel(&o->to, o->sock_id, o->prov->transport, DSOCK_R_HOST_NO_TRANSPORT);
+	DSOCK_INFO("pid %d sock %llu: the other end is on host %s", o->to.proc ? o->to.proc->pid : -1,
+		   (unsigned long long)o->sock_id, dd_hosts_name(host));
+}
+
+/* A waiting claim r of another host proves our offer o's other end. */
+static void proven_remote(struct dd_offer *o, const struct dd_offer *r)
+{
+	dd_hosts_answer(r->link, r->claim_id, DD_CLAIM_MATCHED, DSOCK_R_HOST_NO_TRANSPORT);
+	remote_proven(o, r->host);
+}
+
+/* Our connecting end o (waiting, HANDSHAKE-proven) asks the host its peer
+ * address names whether it holds the other end.  Only a connecting end
+ * claims, where its handshake reached a dsock listener: one claim per
+ * connection, and it goes to the address the kernel connected to (a
+ * published port's host where DNAT rewrote it). */
+static void claim(struct dd_offer *o)
+{
+	struct dd_claim c = { .sent = o->id.sent, .recv = o->id.recv, .role = DSOCK_IDENT_ACTIVE,
+			      .local = o->id.local, .peer = o->id.peer };
+	int64_t link;
+
+	/* (an id from the kernel's CSPRNG: the other host cannot guess it,
+	 * so no answer over another link can name it) */
+	if (getrandom(&c.id, sizeof(c.id), 0) != sizeof(c.id) || !c.id ||
+	    dsock_hmap_put(&by_claim, c.id, (uint64_t)(uintptr_t)o))
+		return;
+	o->claim_id = c.id;
+	if ((link = dd_hosts_claim(&o->id.peer, &c)) > 0) {
+		o->link = (uint64_t)link;
+		return;
+	}
+	/* no link there now: the offer waits for a mate of this host as any */
+	dsock_hmap_del(&by_claim, c.id);
+	o->claim_id = 0;
+}
+
+void dd_pairing_remote_claim(uint64_t gen, int host, const struct dd_claim *c)
+{
+	struct dd_offer o = { .remote = 1, .host = host, .link = gen, .claim_id = c->id,
+			      .role = DSOCK_OFFER_CONNECT, .proof = dd_proof_get(DSOCK_PROOF_HANDSHAKE) };
+	struct dd_offer *x, *n;
+
+	if (c->role != DSOCK_IDENT_ACTIVE || !c->sent || !c->recv || c->sent == c->recv) {
+		dd_hosts_answer(gen, c->id, DD_CLAIM_REFUSED, DSOCK_R_UNPROVEN);
+		return;
+	}
+	o.id.sent = c->sent;
+	o.id.recv = c->recv;
+	o.id.role = DSOCK_IDENT_ACTIVE;
+	o.id.local = c->local;
+	o.id.peer = c->peer;
+	dd_proof_handshake_keys(&o.id);
+	if ((x = find_mate(&o, -1))) {
+		unlink_offer(x);
+		proven_remote(x, &o);
+		free(x);
+		return;
+	}
+	o.wait = WAIT_LIKELY;
+	o.expire_ms = now_ms() + wait_ms[o.wait];
+	n = n_remote_waiting < REMOTE_WAITING_MAX ? malloc(sizeof(*n)) : NULL;
+	if (!n || (*n = o, insert(n))) {
+		free(n);
+		dd_hosts_answer(gen, c->id, DD_CLAIM_REFUSED, DSOCK_R_RESOURCE);
+	}
+}
+
+void dd_pairing_remote_answer(uint64_t gen, int host, uint64_t id, unsigned result, unsigned reason)
+{
+	uint64_t v;
+	struct dd_offer *o;
+
+	/* an answer counts only over the link its claim went on */
+	if (!dsock_hmap_get(&by_claim, id, &v) || !(o = (struct dd_offer *)(uintptr_t)v) || o->link != gen ||
+	    o->claim_id != id)
+		return;
+	unlink_offer(o);
+	if (result == DD_CLAIM_MATCHED)
+		remote_proven(o, host);
+	else
+		answer_kernel(&o->to, o->sock_id, o->prov->transport,
+			      reason == DSOCK_R_UNPROVEN || reason == DSOCK_R_RESOURCE ? reason : DSOCK_R_PEER_TIMEOUT);
+	free(o);
+}
+
+void dd_pairing_link_down(uint64_t gen, unsigned reason)
+{
+	for (int w = 0; w < NWAITS; w++)
+		for (struct dd_offer *x = qhead[w], *next; x; x = next) {
+			next = x->qnext;
+			if (x->link != gen || (!x->remote && !x->claim_id))
+				continue;
+			unlink_offer(x);
+			if (!x->remote)
+				answer_kernel(&x->to, x->sock_id, x->prov->transport, reason);
+			free(x);
+		}
 }
 
 void dd_pairing_fetch(const struct dd_reply_to *to, const struct dsock_msg_fetch *m, int fd)
@@ -343,6 +484,11 @@ int dd_pairing_tick(int behind)
 
 		while ((x = qhead[w]) && x->expire_ms + grace <= now) {
 			unlink_offer(x);
+			if (x->remote) {
+				dd_hosts_answer(x->link, x->claim_id, DD_CLAIM_REFUSED, DSOCK_R_PEER_TIMEOUT);
+				free(x);
+				continue;
+			}
 			answer_kernel(&x->to, x->sock_id, x->prov->transport,
 				      x->id.unproven		       ? DSOCK_R_UNPROVEN
 				      : x->role == DSOCK_OFFER_CONNECT ? DSOCK_R_PEER_TIMEOUT
@@ -356,8 +502,9 @@ int dd_pairing_tick(int behind)
 }
 
 void dd_pairing_stats(unsigned long *paired, unsigned long *kernel, unsigned long *pending,
-		      unsigned long *live, unsigned long *stale)
+		      unsigned long *live, unsigned long *stale, unsigned long *remote)
 {
+	*remote = n_remote;
 	*stale = n_stale;
 	*paired = n_paired;
 	*kernel = n_kernel;

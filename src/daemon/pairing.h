@@ -47,8 +47,8 @@ void dd_pairing_forget(const struct dd_proc *p);
  * and likely offers get a grace); returns ms until the next expiry, or -1
  * when none. */
 int dd_pairing_tick(int behind);
-/* Counters for stat. */
+/* Counters for stat (remote: connections proven to end on another host). */
 void dd_pairing_stats(unsigned long *paired, unsigned long *kernel, unsigned long *pending,
-		      unsigned long *live, unsigned long *stale);
+		      unsigned long *live, unsigned long *stale, unsigned long *remote);
 
 #endif

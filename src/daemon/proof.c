@@ -104,6 +104,12 @@ static uint64_t nonce_key(uint64_t a, uint64_t b)
 	return dsock_hash(k, sizeof(k), 0x6873);
 }
 
+void dd_proof_handshake_keys(struct dd_ident *id)
+{
+	id->key = nonce_key(id->sent, id->recv);
+	id->mate_key = nonce_key(id->recv, id->sent);
+}
+
 /* Adds the socket's record to what netns_inspect read: 0; 1 where it has
  * a record that is not complete (the socket connected marked, and its
  * handshake did not carry both nonces); -1 where it has none. */

@@ -54,6 +54,10 @@ const struct dd_proof *dd_proof_get(unsigned id);
 const struct dd_proof *dd_proof_inspect(const struct dd_proof *named, int fd, struct dd_ident *id,
 				       unsigned *reason);
 
+/* Fills id's key and mate_key from its record's nonces (sent, recv), as
+ * the HANDSHAKE proof keys an offer: for another host's claim. */
+void dd_proof_handshake_keys(struct dd_ident *id);
+
 /* Socket addresses in the daemon's one form (IPv4 v4-mapped). */
 int dd_addr_same(const struct dsock_addr *a, const struct dsock_addr *b);
 

@@ -19,6 +19,7 @@ struct dd_sock {
 	uint64_t id;
 	int32_t fd;
 	uint16_t domain, type, state, path, reason, event;
+	uint16_t host; /* its other end's host (allow-list entry + 1; 0: none known) */
 	struct dsock_addr local, peer;
 	uint64_t lkey, ckey; /* its entries in the listener and connection
 			      * indexes (0: none) */
@@ -74,6 +75,8 @@ int dd_listener_known(const struct dsock_addr *a);
  * does not ask for it), which this fills in. */
 void dd_proc_learn(struct dd_proc *p, uint64_t sock_id, const struct dsock_addr *local,
 		   const struct dsock_addr *peer);
+/* Notes that p's socket sock_id has its other end on host (hostlink.h). */
+void dd_proc_set_host(struct dd_proc *p, uint64_t sock_id, int host);
 /* 1 if an enabled dsock process reported a TCP socket whose own address
  * is local and whose peer's is peer. */
 int dd_socket_known(const struct dsock_addr *local, const struct dsock_addr *peer);

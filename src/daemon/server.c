@@ -8,6 +8,7 @@
 #include "daemon/peerfd.h"
 #include "daemon/events.h"
 #include "daemon/ident.h"
+#include "daemon/hostlink.h"
 #include "daemon/outbox.h"
 #include "daemon/stat.h"
 #include "common/log.h"
@@ -52,6 +53,8 @@ static int nbacklogged; /* clients whose outbox holds results */
 #define OUT_RETRY_MS 5
 #define SLOT_LISTEN  0xfffffffeu
 #define SLOT_SIGNALS 0xfffffffdu
+/* the links to other hosts' daemons: this slot and the next 4096 */
+#define SLOT_HOSTS   0xf0000000u
 
 /* Reads the event ring of p, or of every process (p NULL), up to its first
  * `upto` events. */
@@ -461,12 +464,16 @@ int dd_serve(int lfd, const struct dd_config *cfg)
 	ev.data.u32 = SLOT_SIGNALS;
 	epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev);
 	DSOCK_INFO("serving on %s", cfg->socket_path);
+	if (dd_hosts_start(cfg->socket_path, ep, SLOT_HOSTS) < 0)
+		return 1;
 	int behind = 0;
 	while (!stop) {
 		struct epoll_event evs[64];
-		int t = dd_pairing_tick(behind), w = dd_ident_watch(0);
+		int t = dd_pairing_tick(behind), w = dd_ident_watch(0), h = dd_hosts_tick();
 		if (w >= 0 && (t < 0 || w < t))
 			t = w;
+		if (h >= 0 && (t < 0 || h < t))
+			t = h;
 		/* outboxes that wait for fds in flight are tried every few ms */
 		if (nbacklogged && (t < 0 || t > OUT_RETRY_MS))
 			t = OUT_RETRY_MS;
@@ -479,6 +486,8 @@ int dd_serve(int lfd, const struct dd_config *cfg)
 			uint32_t slot = evs[i].data.u32;
 			if (slot == SLOT_LISTEN) {
 				on_accept(lfd);
+			} else if (slot >= SLOT_HOSTS && slot - SLOT_HOSTS <= 4096) {
+				dd_hosts_event(slot, evs[i].events);
 			} else if (slot == SLOT_SIGNALS) {
 				struct signalfd_siginfo si;
 				if (read(sfd, &si, sizeof(si)) != sizeof(si))
@@ -503,6 +512,7 @@ int dd_serve(int lfd, const struct dd_config *cfg)
 	for (int i = 0; i < nclients_max; i++)
 		if (clients[i].fd >= 0)
 			client_close((uint32_t)i);
+	dd_hosts_stop();
 	free(clients);
 	return 0;
 }

@@ -2,6 +2,7 @@
  * one per process a client may see and one per socket of it, then the
  * last processes that left. */
 #include "daemon/stat.h"
+#include "daemon/hostlink.h"
 #include "daemon/ident.h"
 #include "daemon/outbox.h"
 #include "daemon/pairing.h"
@@ -74,21 +75,28 @@ static int may_see(const struct ucred *who, uid_t owner)
 	return who->uid == 0 || who->uid == getuid() || who->uid == owner;
 }
 
+static int send_text(int fd, const char *text)
+{
+	return send_line(fd, "%s", text);
+}
+
 int dd_stat_send(int fd, const struct ucred *who, const struct dd_stats *stats, int nclients)
 {
-	unsigned long paired, kernel, pending, live, stale;
+	unsigned long paired, kernel, pending, live, stale, remote;
 	char transports[512] = "";
 	int r;
 
-	dd_pairing_stats(&paired, &kernel, &pending, &live, &stale);
+	dd_pairing_stats(&paired, &kernel, &pending, &live, &stale, &remote);
 	dd_provision_stat(transports, sizeof(transports));
 	r = send_line(fd, "daemon pid=%d uid=%u netns=%llu proof=%s version=%s uptime=%lds clients=%d procs=%zu "
 		      "accepted=%lu refused=%lu bad_msgs=%lu events=%lu paired=%lu kernel=%lu pending=%lu "
-		      "live=%lu stale_offers=%lu%s",
+		      "live=%lu stale_offers=%lu other_host=%lu%s",
 		      getpid(), getuid(), dd_proc_netns(getpid()), dd_ident_on() ? "handshake,netns" : "netns",
 		      "0.1.0", (long)(time(NULL) - stats->start), nclients,
 		      dd_proc_count(), stats->accepted, stats->refused, stats->bad_msgs, stats->events,
-		      paired, kernel, pending, live, stale, transports);
+		      paired, kernel, pending, live, stale, remote, transports);
+	if (!r)
+		r = dd_hosts_stat(send_text, fd);
 	for (struct dd_proc *p = dd_proc_first(); p && !r; p = p->next) {
 		if (!may_see(who, p->uid))
 			continue;
@@ -106,10 +114,11 @@ int dd_stat_send(int fd, const struct ucred *who, const struct dd_stats *stats, 
 			dsock_addr_format(&s->local, la, sizeof(la));
 			dsock_addr_format(&s->peer, pa, sizeof(pa));
 			r = send_line(fd, "sock pid=%d fd=%d id=%llu proto=%s state=%s via=%s "
-				      "local=%s peer=%s path=%s reason=%s",
+				      "local=%s peer=%s path=%s reason=%s%s%s",
 				      p->pid, s->fd, (unsigned long long)s->id, proto_name(s),
 				      dsock_state_name(s->state), dsock_event_name(s->event), la, pa,
-				      dsock_path_name(s->path), dsock_reason_name(s->reason));
+				      dsock_path_name(s->path), dsock_reason_name(s->reason),
+				      s->host ? " host=" : "", s->host ? dd_hosts_name(s->host - 1) : "");
 		}
 	}
 	for (unsigned long i = ngone > GONE_MAX ? ngone - GONE_MAX : 0; i < ngone && !r; i++) {

@@ -7,8 +7,9 @@ and removes:
 
   1. client and server in two network namespaces joined by a veth pair:
      both ends move onto shared memory, every byte echoed intact;
-  1b. a second daemon asked to prove stays off while this one's programs
-     are attached (two would break each other's records);
+  1b. a second daemon asked to prove attaches no programs of its own
+     while this one's are attached (two would break each other's
+     records): it reads their records;
   2. the same through DNAT (the client dials a published address that
      nftables rewrites to the server's): no tuple of one end mirrors the
      other's, and the ends still pair;
@@ -97,15 +98,17 @@ def main():
               c and all(" netns=%d " % os.stat("/run/netns/" + n).st_ino in rows.get("pid=%d" % p.pid, "")
                         for p, n in ((c, "dsockP1"), (s, "dsockP2"))), list(rows.values()))
         end(s, c)
-        # 1b. a second proving daemon on the host stays off (the first
-        # one's programs are attached): case 2 then pairs by the first
+        # 1b. a second proving daemon on the host attaches nothing (the
+        # first one's programs are attached) and reads their records:
+        # case 2 then pairs by the first
         sock2 = os.path.join(tmp, "second.sock")
         env2 = dict(ENV, DSOCK_SOCKET=sock2)
         subprocess.run([DSOCK, "run", "--", "true"], env=env2, capture_output=True, timeout=30)
         time.sleep(0.2)
         text = open(sock2 + ".log").read() if os.path.exists(sock2 + ".log") else ""
         subprocess.run([DSOCK, "stop"], env=env2, capture_output=True)
-        check("1b. a second proving daemon stays off", "another daemon's programs are attached" in text and
+        check("1b. a second proving daemon attaches no programs and reads the first one's records",
+              "another daemon's programs" in text and "reading their records" in text and
               "kernel-recorded proof on" not in text, text[-300:])
         # 2. through DNAT, as to a published port: the client dials
         # 10.198.9.9:8080 (routed to the server's namespace), which rewrites

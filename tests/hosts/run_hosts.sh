@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
-# Hosts simulated on one machine (root only): two network namespaces,
-# host a and host b, joined through a bridge in a third (the switch), each
-# with a daemon of its own (its own control socket; no proof by BPF) and
-# nothing shared between them but the network.  dsock programs on two
-# hosts, and a dsock program against a plain one on the other host, talk
-# over the kernel: every check counts the bytes on host b's interface to
-# prove they crossed the veth, and asks each host's daemon which path the
-# connection took.
-#   sockperf TCP and UDP ping-pong, both ends under dsock;
+# Hosts simulated on one machine (root only): three network namespaces,
+# hosts a, b and c, joined through a bridge in a fourth (the switch), each
+# with a daemon of its own (its own control socket and host key) and
+# nothing shared between them but the network, and the BPF programs of
+# the kernel-recorded proof (one machine: host a's daemon attaches them,
+# the others read their records).  Hosts a and b have each other's keys
+# on their allow-lists; b does not have c's.  Every check that moves data
+# counts the bytes on host b's interface to prove they crossed the veth,
+# and asks each host's daemon which path the connection took.
+#   sockperf TCP and UDP ping-pong, both ends under dsock: the daemons
+#   prove over their link that the two ends are one connection;
 #   a 4 MiB Python transfer, byte-exact, both ways between dsock programs;
 #   redis: a plain redis-cli against a dsock server, and a dsock redis-cli
-#   against a plain server.
+#   against a plain server;
+#   host c, not on b's allow-list: its connection stays on the kernel
+#   (host-not-allowed), byte-exact;
+#   a hostile host (tests/hosts/forge_claims.py): an unlisted key, and an
+#   allowed one with false, replayed and malformed claims;
+#   and after it, a and b still prove a new connection;
+#   host b's daemon killed and restarted, then hung: connections meanwhile
+#   stay on the kernel, byte-exact, and a proves with b again after.
 # Usage: tests/hosts/run_hosts.sh [BUILD_DIR]
 # Closing line: "hosts: N passed, N failed".
 set -u
 BUILD=$(cd "${1:-build}" && pwd)
 DSOCK="$BUILD/bin/dsock"
+DSOCKD="$BUILD/bin/dsockd"
+HERE=$(cd "$(dirname "$0")" && pwd)
 if [ "$(id -u)" != 0 ]; then
 	echo "skip: hosts in namespaces need root"
 	echo "hosts: 0 passed, 0 failed"
@@ -25,29 +36,32 @@ T=$(mktemp -d /tmp/dsock-hosts-XXXXXX)
 chmod 755 "$T"
 PASS=0 FAIL=0
 PIDS=()
-. "$(dirname "$0")/../lib/topo.sh"
-NETNS=(dsockHs dsockHa dsockHb)
-A=10.95.0.2 B=10.95.0.3
+. "$HERE/../lib/topo.sh"
+NETNS=(dsockHs dsockHa dsockHb dsockHc)
+A=10.95.0.2 B=10.95.0.3 C=10.95.0.4
 
 cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
 	sleep 0.2
 	{ for p in "${PIDS[@]}"; do kill -9 "$p"; done; wait "${PIDS[@]}"; } 2>/dev/null
-	for h in a b; do DSOCK_SOCKET="$T/$h/d.sock" "$DSOCK" stop >/dev/null 2>&1; done
+	for h in a b c; do DSOCK_SOCKET="$T/$h/d.sock" "$DSOCK" stop >/dev/null 2>&1; done
 	topo_down "${NETNS[@]}"
 	rm -rf "$T"
 }
 trap cleanup EXIT
-topo_up dsockHs 10.95 fd95 dsockHa dsockHb || { echo "cannot build the namespaces"; exit 1; }
+topo_up dsockHs 10.95 fd95 dsockHa dsockHb dsockHc || { echo "cannot build the namespaces"; exit 1; }
 
 ok()  { echo "ok   $1"; PASS=$((PASS + 1)); }
 bad() { echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/     /' "$2" | tail -15; FAIL=$((FAIL + 1)); }
+# host H's settings: its daemon's socket, key and allow-list
+host_env() { echo DSOCK_SOCKET="$T/$1/d.sock" DSOCK_HOST_KEY="$T/$1/host.key" DSOCK_HOSTS_ALLOW="$T/$1/allow" \
+	DSOCK_BPF_PROOF=1; }
 # on H CMD...: CMD on host H, with that host's daemon; dsock_on H CMD...:
 # under dsock there
 on() {
 	local h=$1
 	shift
-	ip netns exec "dsockH$h" env DSOCK_SOCKET="$T/$h/d.sock" DSOCK_BPF_PROOF=0 "$@"
+	ip netns exec "dsockH$h" env $(host_env "$h") "$@"
 }
 dsock_on() {
 	local h=$1
@@ -57,19 +71,50 @@ dsock_on() {
 rx_b() { on b cat /sys/class/net/eth0/statistics/rx_bytes; }
 tx_b() { on b cat /sys/class/net/eth0/statistics/tx_bytes; }
 # paths H PROG: the path column of PROG's connected sockets in host H's
-# `dsock stat` (one word each)
-paths() { on "$1" "$DSOCK" stat | awk -v p="($2)" '$1 == "process" { cur = $3 } cur == p && $3 == "connected" { print $6 "(" $7 ")" }' | sort | uniq -c | tr -s ' ' | tr '\n' ';'; }
+# `dsock stat` (one word each), with the other end's host where known
+paths() { on "$1" "$DSOCK" stat | awk -v p="($2)" '$1 == "process" { cur = $3 } cur == p && $3 == "connected" { print $6 "(" $7 ")" ($NF != $8 ? "@" $NF : "") }' | sort | uniq -c | tr -s ' ' | tr '\n' ';'; }
 wait_port() {
 	for _ in $(seq 100); do on b ss -ltnH "sport = :$1" | grep -q . && return 0; sleep 0.1; done
 	return 1
 }
 
-for h in a b; do
+# keys: each host's daemon makes its own; the hostile host's two are
+# made here (one that b allows, one that nobody does)
+for h in a b c; do
 	mkdir -p "$T/$h"
 	chmod 755 "$T/$h"
-	dsock_on "$h" true || { echo "host $h: its daemon did not start"; exit 1; }
+	env $(host_env "$h") "$DSOCKD" --fingerprint >"$T/$h/fp" || { echo "host $h: no key"; exit 1; }
 done
-
+for k in liar unlisted; do
+	openssl genpkey -algorithm ed25519 -out "$T/$k.key" 2>/dev/null &&
+		openssl req -x509 -new -key "$T/$k.key" -subj "/CN=$k" -days 1 -out "$T/$k.crt" 2>/dev/null ||
+		{ echo "openssl cannot make a key"; exit 1; }
+done
+liar_fp=sha256:$(openssl pkey -in "$T/liar.key" -pubout -outform DER | sha256sum | cut -d' ' -f1)
+# 0. the fingerprint is the key's as OpenSSL computes it; a key others may
+# read is refused
+a_fp=sha256:$(openssl pkey -in "$T/a/host.key" -pubout -outform DER | sha256sum | cut -d' ' -f1)
+cp "$T/a/host.key" "$T/loose.key"
+chmod 644 "$T/loose.key"
+loose=$(DSOCK_HOST_KEY="$T/loose.key" "$DSOCKD" --fingerprint 2>&1)
+if [ "$a_fp" = "$(cat "$T/a/fp")" ] && [ "$(stat -c %a "$T/a/host.key")" = 600 ] &&
+	[[ "$loose" == *"nobody else may read"* ]]; then
+	ok "0. host keys: made mode 600, fingerprinted as openssl computes it; a key others may read is refused"
+else
+	bad "0. host keys (fp $(cat "$T/a/fp") vs openssl $a_fp; mode $(stat -c %a "$T/a/host.key"); loose key: '$loose')"
+fi
+printf '%s b\n' "$(cat "$T/b/fp")" >"$T/a/allow"
+printf '# hosts b lets in\n%s a\n%s liar\n' "$(cat "$T/a/fp")" "$liar_fp" >"$T/b/allow"
+printf '%s b\n' "$(cat "$T/b/fp")" >"$T/c/allow"
+# the daemons start in their host's network namespace, not through `ip
+# netns exec`, whose fresh /sys hides the cgroup mount the BPF programs
+# are attached at; host a's first, so that it attaches them
+for h in a b c; do
+	nsenter --net="/run/netns/dsockH$h" env $(host_env "$h") "$DSOCK" run -- true ||
+		{ echo "host $h: its daemon did not start"; exit 1; }
+done
+grep -q "proof on" "$T/a/d.sock.log" && grep -q "reading their records" "$T/b/d.sock.log" ||
+	echo "note: the kernel-recorded proof is not as expected (another daemon's programs?)"
 # 1. sockperf TCP ping-pong, both ends under dsock, on two hosts
 dsock_on b sockperf server --tcp -i "$B" -p 11111 >"$T/sps.log" 2>&1 &
 PIDS+=($!)
@@ -77,15 +122,16 @@ wait_port 11111
 rx0=$(rx_b)
 dsock_on a sockperf ping-pong --tcp --mps 5000000 -i "$B" -p 11111 -m 14 -t 3 >"$T/spc.log" 2>&1 &
 cli=$!
-sleep 1.5
+# (sockperf's client sends its first message 2 s after it connects)
+sleep 3.5
 pa=$(paths a sockperf) pb=$(paths b sockperf)
 wait "$cli"
 rx1=$(rx_b)
 got=$(sed -n 's/.*ReceivedMessages=\([0-9]*\).*/\1/p' "$T/spc.log" | tail -1)
 p50=$(sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' "$T/spc.log")
 if [ -n "$got" ] && [ "$got" -gt 1000 ] && [ $((rx1 - rx0)) -ge $((got * 14)) ] &&
-	[ "${pa#* }" = "${pb#* }" ] && [ "${pa%%(*}" = " 1 kernel" ]; then
-	ok "1. sockperf TCP ping-pong between dsock programs on two hosts: $got round trips, p50 $p50 us, $((rx1 - rx0)) bytes into host b's eth0, path a:$pa b:$pb"
+	[ "$pa" = " 1 kernel(other-host-no-transport)@b;" ] && [ "$pb" = " 1 kernel(other-host-no-transport)@a;" ]; then
+	ok "1. sockperf TCP ping-pong between dsock programs on two hosts, proven by their daemons: $got round trips, p50 $p50 us, $((rx1 - rx0)) bytes into host b's eth0, path a:$pa b:$pb"
 else
 	bad "1. sockperf TCP ping-pong between hosts (round trips '$got', bytes in $((rx1 - rx0)), paths a:'$pa' b:'$pb')" "$T/spc.log"
 fi
@@ -175,6 +221,87 @@ for who in "server" "client"; do
 		bad "4. redis across hosts, dsock on the $who's side only: got '$v'" "$T/rs.log"
 	fi
 done
+
+# 5. host c, which b does not allow: c's daemon's link is refused, and the
+# connection stays on the kernel, byte-exact
+dsock_on b python3 "$HERE/chat.py" serve "$B" 11120 >"$T/chat.log" 2>&1 &
+PIDS+=($!)
+wait_port 11120
+dsock_on c python3 "$HERE/chat.py" dial "$B" 11120 20 0.5 2 >"$T/c.out" 2>&1 &
+cli=$!
+sleep 1.5
+pc=$(paths c python3)
+wait "$cli"
+if [ "$(cat "$T/c.out")" = exact ] && [ "$pc" = " 1 kernel(host-not-allowed);" ] &&
+	grep -q "TLS refused" "$T/b/d.sock.log"; then
+	ok "5. a host not on the allow-list: its link is refused, its connection stays on the kernel, byte-exact (path c:$pc)"
+else
+	bad "5. a host not on the allow-list ('$(cat "$T/c.out")', path c:'$pc')" "$T/c/d.sock.log"
+fi
+
+# 6. a hostile host: an unlisted key, then an allowed one that lies
+on c python3 "$HERE/forge_claims.py" unlisted "$T/unlisted.key" "$T/unlisted.crt" "$B" 7447 >"$T/forge.out" 2>&1
+on c python3 "$HERE/forge_claims.py" liar "$T/liar.key" "$T/liar.crt" "$B" 7447 11120 >>"$T/forge.out" 2>&1
+nf=$(grep -c '^ok' "$T/forge.out")
+if [ "$nf" = 8 ] && ! grep -q FAIL "$T/forge.out"; then
+	ok "6. a hostile host: $(grep '^ok' "$T/forge.out" | cut -c6- | paste -sd';' | sed 's/;/; /g')"
+else
+	bad "6. a hostile host ($nf of 8 checks)" "$T/forge.out"
+fi
+
+# 7. after it, a and b still prove a new connection; b's daemon kept its
+# link with a
+dsock_on a python3 "$HERE/chat.py" dial "$B" 11120 20 0.5 2 >"$T/a.out" 2>&1 &
+cli=$!
+sleep 1.5
+pa=$(paths a python3)
+links=$(on b "$DSOCK" stat | grep -c "link in .* up, host a")
+wait "$cli"
+if [ "$(cat "$T/a.out")" = exact ] && [ "$pa" = " 1 kernel(other-host-no-transport)@b;" ] && [ "$links" -ge 1 ]; then
+	ok "7. after the hostile host, a new connection between a and b is proven (path a:$pa; b's links from a up: $links)"
+else
+	bad "7. after the hostile host ('$(cat "$T/a.out")', path a:'$pa', links $links)" "$T/b/d.sock.log"
+fi
+
+# 8. host b's daemon killed (its links break) and started again: a
+# connection made meanwhile stays on the kernel, byte-exact; one made
+# after a dials b anew is proven again
+kill -9 "$(cut -d' ' -f1 "$T/b/d.sock.lock")"
+sleep 0.3
+down=$(grep -c "host link to b (.*) down" "$T/a/d.sock.log")
+dsock_on a python3 "$HERE/chat.py" dial "$B" 11120 20 0 0 >"$T/a8.out" 2>&1
+nsenter --net=/run/netns/dsockHb env $(host_env b) "$DSOCK" run -- true
+dsock_on b python3 "$HERE/chat.py" serve "$B" 11121 >"$T/chat2.log" 2>&1 &
+PIDS+=($!)
+wait_port 11121
+sleep 2 # (a dials a host whose link failed again after 2 s)
+dsock_on a python3 "$HERE/chat.py" dial "$B" 11121 20 0.5 2 >"$T/a8b.out" 2>&1 &
+cli=$!
+sleep 1.5
+pa=$(paths a python3)
+wait "$cli"
+if [ "$down" -ge 1 ] && [ "$(cat "$T/a8.out")" = exact ] && [ "$(cat "$T/a8b.out")" = exact ] &&
+	[ "$pa" = " 1 kernel(other-host-no-transport)@b;" ]; then
+	ok "8. host b's daemon killed and restarted: a saw its link go down, a connection meanwhile byte-exact on the kernel, a new one proven again (path a:$pa)"
+else
+	bad "8. host b's daemon restarted (link down seen $down, '$(cat "$T/a8.out")' '$(cat "$T/a8b.out")', path a:'$pa')" "$T/a/d.sock.log"
+fi
+
+# 9. host b's daemon hung (stopped): a's claim gets no answer, and the
+# connection stays on the kernel when its wait ends, byte-exact
+bd=$(cut -d' ' -f1 "$T/b/d.sock.lock")
+kill -STOP "$bd"
+dsock_on a python3 "$HERE/chat.py" dial "$B" 11121 20 5 2 >"$T/a9.out" 2>&1 &
+cli=$!
+sleep 6.5
+pa=$(paths a python3)
+kill -CONT "$bd"
+wait "$cli"
+if [ "$(cat "$T/a9.out")" = exact ] && [ "$pa" = " 1 kernel(peer-did-not-pair);" ]; then
+	ok "9. host b's daemon hung: a's connection stays on the kernel when its wait ends, byte-exact (path a:$pa)"
+else
+	bad "9. host b's daemon hung ('$(cat "$T/a9.out")', path a:'$pa')" "$T/a/d.sock.log"
+fi
 
 echo "hosts: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

@@ -1,0 +1,147 @@
+"""A hostile or unknown host against a daemon's host links (run inside a
+host's namespace by run_hosts.sh).  Speaks the links' protocol itself
+(TLS 1.3, then 4-byte headers: type, payload length, little-endian) with
+a key of its own, and prints one "ok ..." or "FAIL ..." line per check:
+
+  unlisted KEY CRT ADDR PORT
+      a host whose key is not on the daemon's allow-list is refused: the
+      link ends in the handshake or at the first read, before any message
+  liar KEY CRT ADDR PORT SERVER_PORT
+      a host whose key is allowed, and which lies:
+      - a claim of the passive end (only a connecting end claims): refused
+        at once;
+      - a claim with nonces no socket recorded: refused (no mate) when its
+        wait ends;
+      - a true claim: its own connection to the dsock server at
+        ADDR:SERVER_PORT, marked for the kernel's proof, with the nonces
+        its own record holds: matched;
+      - the same claim again, replayed: refused (its offer is taken);
+      - a malformed message: the link is closed.
+"""
+import os
+import socket
+import ssl
+import struct
+import sys
+import time
+
+SOL_DSOCK, DSOCK_OPTIN, DSOCK_IDENTITY = 0x6473, 1, 2
+HELLO, CLAIM, ANSWER = 1, 2, 3
+MATCHED, REFUSED = 1, 2
+ACTIVE, PASSIVE = 1, 2
+
+
+def report(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+
+
+def link(key, crt, addr, port):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # (the liar does not care who answers)
+    ctx.load_cert_chain(crt, key)
+    raw = socket.create_connection((addr, port), timeout=10)
+    return ctx.wrap_socket(raw)
+
+
+def send(s, mtype, payload):
+    s.sendall(struct.pack("<HH", mtype, len(payload)) + payload)
+
+
+def recv_exact(s, n):
+    b = b""
+    while len(b) < n:
+        k = s.recv(n - len(b))
+        if not k:
+            raise EOFError("closed")
+        b += k
+    return b
+
+
+def recv_msg(s):
+    mtype, n = struct.unpack("<HH", recv_exact(s, 4))
+    return mtype, recv_exact(s, n)
+
+
+def addr_bytes(ip, port):
+    a = b"\0" * 10 + b"\xff\xff" + socket.inet_aton(ip)
+    return a + struct.pack("<HH", port, socket.AF_INET)
+
+
+def claim(s, cid, sent, recv, role, local, peer):
+    send(s, CLAIM, struct.pack("<QQQII", cid, sent, recv, role, 0) + addr_bytes(*local) + addr_bytes(*peer))
+
+
+def answer(s, timeout):
+    s.settimeout(timeout)
+    mtype, p = recv_msg(s)
+    if mtype != ANSWER:
+        raise ValueError("message type %d" % mtype)
+    return struct.unpack("<QII", p)
+
+
+def unlisted(key, crt, addr, port):
+    t0 = time.time()
+    try:
+        s = link(key, crt, addr, port)
+        send(s, HELLO, struct.pack("<II", 1, 0))
+        s.settimeout(5)
+        got = s.recv(64)
+        report(not got, "an unlisted host's link ends before any message (read %r)" % got)
+    except (ssl.SSLError, OSError, EOFError) as e:
+        report(time.time() - t0 < 5, "an unlisted host is refused in the TLS handshake (%s)" % type(e).__name__)
+
+
+def liar(key, crt, addr, port, server_port):
+    s = link(key, crt, addr, port)
+    send(s, HELLO, struct.pack("<II", 1, 0))
+    s.settimeout(5)
+    mtype, p = recv_msg(s)
+    report(mtype == HELLO and struct.unpack("<II", p)[0] == 1, "an allowed host's link is up (HELLO back)")
+    me = s.getsockname()[0].replace("::ffff:", "")
+    # a passive end's claim
+    claim(s, 1, 11, 12, PASSIVE, (me, 40000), (addr, server_port))
+    cid, res, reason = answer(s, 2)
+    report(cid == 1 and res == REFUSED, "a claim of a passive end is refused at once (result %d)" % res)
+    # nonces no socket recorded
+    t0 = time.time()
+    claim(s, 2, int.from_bytes(os.urandom(8), "little") | 1, int.from_bytes(os.urandom(8), "little") | 1, ACTIVE,
+          (me, 40001), (addr, server_port))
+    cid, res, reason = answer(s, 10)
+    report(cid == 2 and res == REFUSED, "a claim with nonces no socket recorded is refused after %.1f s" %
+           (time.time() - t0))
+    # a true claim: our own marked connection to the dsock server
+    c = socket.socket()
+    c.setsockopt(SOL_DSOCK, DSOCK_OPTIN, 1)
+    c.connect((addr, server_port))
+    rec = c.getsockopt(SOL_DSOCK, DSOCK_IDENTITY, 32)
+    sent, recv = struct.unpack_from("<QQ", rec)
+    for i in range(6):  # (the server offers at its fourth data call)
+        c.sendall(b"ping %d\n" % i)
+        c.recv(100)
+    local = c.getsockname()
+    claim(s, 3, sent, recv, ACTIVE, local, (addr, server_port))
+    cid, res, reason = answer(s, 10)
+    report(cid == 3 and res == MATCHED, "a true claim (its own connection's nonces) is matched (result %d)" % res)
+    claim(s, 4, sent, recv, ACTIVE, local, (addr, server_port))
+    cid, res, reason = answer(s, 10)
+    report(cid == 4 and res == REFUSED, "the same claim replayed is refused (result %d)" % res)
+    c.sendall(b"still\n")
+    report(c.recv(100) == b"still\n", "the connection itself carries on (on the kernel)")
+    c.close()
+    # a malformed message closes the link
+    send(s, 9, b"\0" * 8)
+    s.settimeout(5)
+    try:
+        got = s.recv(64)
+        report(not got, "a malformed message closes the link")
+    except (ssl.SSLError, OSError) as e:
+        report(True, "a malformed message closes the link (%s)" % type(e).__name__)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "unlisted":
+        unlisted(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    else:
+        liar(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
