@@ -20,7 +20,12 @@ static inline struct dsock_sock *ours(int fd)
 {
 	struct dsock_sock *s = dsock_fdt_peek(fd);
 
-	if (__builtin_expect(!s || !__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE), 1))
+	if (!s)
+		return NULL;
+	/* (every send of a tracked socket comes here: a wait after it may
+	 * spin, kspin.h) */
+	dsock_kspin_sent = 1;
+	if (__builtin_expect(!__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE), 1))
 		return NULL;
 	return s;
 }
@@ -291,6 +296,8 @@ int dsock_io_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 	for (unsigned i = 0; v && i < n; i++)
 		if (v[i].msg_hdr.msg_controllen)
 			hand_over_rights(&v[i].msg_hdr);
+	if (dsock_fdt_peek(fd))
+		dsock_kspin_sent = 1;
 	s = owned(fd);
 	if (s) {
 		unsigned i;
@@ -354,6 +361,9 @@ ssize_t dsock_io_sendfile(int out, int in, off_t *off, size_t n)
 {
 	struct dsock_sock *s = owned(out);
 	struct owner_send o = { s, out };
+
+	if (dsock_fdt_peek(out))
+		dsock_kspin_sent = 1;
 	off_t pos;
 	ssize_t r;
 

@@ -10,6 +10,7 @@
 #include <sched.h>
 
 int dsock_kspin_on = 1;
+__thread int dsock_kspin_sent;
 
 /* An Internet socket we track that never listened: one a peer (plain, on
  * another host, or not paired yet) sends to.  (The callers ask only of
@@ -51,7 +52,11 @@ int dsock_kspin_looks(int (*look)(void *arg), void *arg, int *timeout_ms)
 {
 	long long t0 = 0, deadline = -1;
 
-	if (!dsock_kspin_on || dsock_spin_ns <= 0 || !dsock_spin_worth())
+	int sent = dsock_kspin_sent;
+
+	/* (this wait takes the send: the next spins only after another) */
+	dsock_kspin_sent = 0;
+	if (!sent || !dsock_kspin_on || dsock_spin_ns <= 0 || !dsock_spin_worth())
 		return 0;
 	if (*timeout_ms > 0)
 		deadline = dsock_mono_ns() + *timeout_ms * 1000000LL;

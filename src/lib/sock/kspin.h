@@ -14,6 +14,16 @@
 /* 1 unless DSOCK_KERNEL_SPIN=0 (read at start-up). */
 extern int dsock_kspin_on;
 
+/* Whether this thread sent on a socket we track since its last wait.
+ * Only such a wait spins: one that waits for the answer to what it sent
+ * (a client's request, a server's reply and the next request) is where
+ * data comes within a wake-up's time.  A thread that only receives (a
+ * stream's reader) would spin for pieces of a stream that the kernel
+ * would otherwise hand it in larger reads, taking the socket's lock from
+ * the sender's delivery far more often: on loopback, 25 % of a 14 B
+ * stream's rate (docs/ARCHITECTURE.md, "Spinning on kernel sockets"). */
+extern __thread int dsock_kspin_sent;
+
 struct dsock_sock;
 
 /* A receive of flags on fd (s: its tracked socket, whose data the kernel
@@ -36,7 +46,8 @@ int dsock_kspin_poll(struct pollfd *fds, nfds_t n, int *timeout_ms);
 void dsock_kspin_settle(struct pollfd *p);
 
 /* A wait's looks without waiting, for the budget (or until *timeout_ms,
- * if > 0, runs out), if this thread's spins pay (spin.h): look(arg)
+ * if > 0, runs out), if this thread sent since its last wait and its
+ * spins pay (spin.h): look(arg)
  * returns 0 for nothing, else what the wait returns (a count, -errno).
  * Its result, or 0 with *timeout_ms (if > 0) less the time spun. */
 int dsock_kspin_looks(int (*look)(void *arg), void *arg, int *timeout_ms);
