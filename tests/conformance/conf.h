@@ -68,6 +68,12 @@ int fam_socket(const struct fam *f, int flags);
 /* A bound (port 0 / unique unix name) listening stream socket, or bound
  * datagram socket.  *addr gets its address. */
 int fam_server(const struct fam *f, struct sockaddr_storage *addr, socklen_t *len);
+/* 1 when f's pairs cross a network between namespaces (across_ns.sh):
+ * there, how much room a full TCP send path has at an instant depends on
+ * the ACKs in flight (the kernel grows the send buffer as they come), and
+ * two native runs disagree; a scenario reports such instants only where
+ * this is 0. */
+int fam_on_wire(const struct fam *f);
 /* A connected pair: *c the client, *s the accepted (stream) or peer (dgram).
  * Warm families: warmed up (fam_warm). */
 void fam_pair(const struct fam *f, int *c, int *s);

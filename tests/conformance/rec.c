@@ -122,6 +122,11 @@ static const char *server_ns(const struct fam *f)
 	return f->domain != AF_UNIX && f->type == SOCK_STREAM ? getenv("CONF_SERVER_NETNS") : NULL;
 }
 
+int fam_on_wire(const struct fam *f)
+{
+	return server_ns(f) != NULL;
+}
+
 static const char *server_env(const struct fam *f, const char *v4, const char *v6)
 {
 	return server_ns(f) ? getenv(f->domain == AF_INET ? v4 : v6) : NULL;

@@ -133,7 +133,8 @@ STREAM_SCEN(send_until_eagain)
 	fcntl(c, F_SETFL, O_NONBLOCK);
 	filled = fill_until_eagain(c);
 	out("filled some then EAGAIN: %s", filled > 0 ? "yes" : "no");
-	out("writable now: %s", wait_fd(c, POLLOUT, 0) & POLLOUT ? "yes" : "no");
+	if (!fam_on_wire(f))
+		out("writable now: %s", wait_fd(c, POLLOUT, 0) & POLLOUT ? "yes" : "no");
 	pthread_create(&t, NULL, drain, &s);
 	out("writable after drain starts: %s", wait_fd(c, POLLOUT, 5000) & POLLOUT ? "yes" : "no");
 	shutdown(c, SHUT_WR);

@@ -594,7 +594,10 @@ STREAM_SCEN(epoll_out_only_edge_writer)
 		if (more > 0)
 			sent += more;
 	}
-	out("edges of room for an EPOLLOUT-only edge-triggered writer: %d of 3", woken);
+	if (fam_on_wire(f))
+		out("edges of room for an EPOLLOUT-only edge-triggered writer: %s", woken ? "some" : "none");
+	else
+		out("edges of room for an EPOLLOUT-only edge-triggered writer: %d of 3", woken);
 	shutdown(c, SHUT_WR);
 	pthread_join(t, &drained);
 	out("all drained: %s", (long)drained == sent ? "yes" : "no");

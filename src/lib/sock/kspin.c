@@ -126,12 +126,15 @@ void dsock_kspin_settle(struct pollfd *p)
 struct poll_args {
 	struct pollfd *fds;
 	nfds_t n;
+	int masked;
+	const sigset_t *mask;
 };
 
 static int poll_look(void *arg)
 {
+	static const struct timespec zero;
 	struct poll_args *a = arg;
-	int r = dsock_real.poll(a->fds, a->n, 0);
+	int r = a->masked ? dsock_real.ppoll(a->fds, a->n, &zero, a->mask) : dsock_real.poll(a->fds, a->n, 0);
 
 	if (r < 0)
 		return -errno;
@@ -140,9 +143,9 @@ static int poll_look(void *arg)
 	return r;
 }
 
-int dsock_kspin_poll(struct pollfd *fds, nfds_t n, int *timeout_ms)
+int dsock_kspin_poll(struct pollfd *fds, nfds_t n, int masked, const sigset_t *mask, int *timeout_ms)
 {
-	struct poll_args a = { fds, n };
+	struct poll_args a = { fds, n, masked, mask };
 	int any = 0;
 
 	if (!dsock_kspin_on || !*timeout_ms)

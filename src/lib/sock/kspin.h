@@ -10,11 +10,13 @@
 #define DSOCK_KSPIN_H
 
 #include <poll.h>
+#include <signal.h>
 
 /* 1 unless DSOCK_KERNEL_SPIN=0 (read at start-up). */
 extern int dsock_kspin_on;
 
-/* Whether this thread sent on a socket we track since its last wait.
+/* Whether this thread sent on a socket we track, or connected or
+ * accepted one, since its last wait.
  * Only such a wait spins: one that waits for the answer to what it sent
  * (a client's request, a server's reply and the next request) is where
  * data comes within a wake-up's time.  A thread that only receives (a
@@ -35,9 +37,11 @@ void dsock_kspin_recv(const struct dsock_sock *s, int fd, int flags);
 
 /* poll(fds, n) with no transport's socket among them, about to wait
  * *timeout_ms (-1: for ever): its looks without waiting, while fds holds
- * an Internet socket we track.  The count (or -errno) of one that found
- * something, else 0 with *timeout_ms less the time spun. */
-int dsock_kspin_poll(struct pollfd *fds, nfds_t n, int *timeout_ms);
+ * an Internet socket we track; masked: a ppoll's (or pselect's), each
+ * look a ppoll with mask, so that a signal the mask lets in ends the
+ * wait (EINTR) as in the call itself.  The count (or -errno) of one that
+ * found something, else 0 with *timeout_ms less the time spun. */
+int dsock_kspin_poll(struct pollfd *fds, nfds_t n, int masked, const sigset_t *mask, int *timeout_ms);
 
 /* p's revents come from a look that may not have waited: a TCP socket
  * that shows an error may be half-way through a reset, and is looked at

@@ -9,6 +9,7 @@
 #include "lib/transport/transport.h"
 #include "lib/sock/ready.h"
 #include "lib/sock/light.h"
+#include "lib/sock/kspin.h"
 #include "common/proto.h"
 #include "common/reason.h"
 
@@ -56,6 +57,9 @@ static void settle(struct dsock_sock *s, int fd, int role, const struct sockaddr
 		s->reason = (uint16_t)reason;
 		return;
 	}
+	/* a new connection starts a conversation: its first request (or
+	 * answer) comes within a wake-up's time, as after a send (kspin.h) */
+	dsock_kspin_sent = 1;
 	/* the peer is what connect was given, or accept returned, when we
 	 * have it; the local address is asked only for rules that name ports
 	 * (a system call, 2-3 % of a connect/accept/close loop per end: the

@@ -3,6 +3,7 @@
 #include "lib/sock/ready.h"
 #include "lib/sock/epset.h"
 #include "lib/sock/kspin.h"
+#include "lib/base/clock.h"
 #include "lib/sock/light.h"
 #include "lib/sock/sock.h"
 #include "lib/base/real.h"
@@ -135,12 +136,22 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 		any = carried(fds, n);
 	if (is_ppoll)
 		timeout_ms = t ? (int)(t->tv_sec * 1000 + t->tv_nsec / 1000000) : -1;
-	/* only sockets the kernel carries: spun on first (kspin.h; not a
-	 * ppoll, whose mask holds only during its own call) */
-	if (!any && !is_ppoll) {
-		int r = dsock_kspin_poll(fds, n, &timeout_ms);
+	/* only sockets the kernel carries: spun on first (kspin.h); a ppoll's
+	 * (and pselect's) looks are ppolls with its mask, which holds during
+	 * each of them as during its own call, and its sleep gets the time
+	 * left */
+	struct timespec t_left;
+	if (!any) {
+		long long t0 = is_ppoll && t && timeout_ms > 0 ? dsock_mono_ns() : 0;
+		int r = dsock_kspin_poll(fds, n, is_ppoll, m, &timeout_ms);
 		if (r != 0)
 			return r;
+		if (t0) {
+			long long ns = t->tv_sec * 1000000000LL + t->tv_nsec - (dsock_mono_ns() - t0);
+			t_left.tv_sec = ns > 0 ? ns / 1000000000LL : 0;
+			t_left.tv_nsec = ns > 0 ? ns % 1000000000LL : 0;
+			t = &t_left;
+		}
 	}
 	/* (read only where a time left may be asked: a poll that does not
 	 * wait, or waits for ever, reads no clock before the kernel's) */
