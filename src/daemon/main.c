@@ -196,8 +196,9 @@ int main(int argc, char **argv)
 			break;
 		default: {
 			/* the socket is listening already: callers may connect;
-			 * back once the lock names the daemon (the pipe's end
-			 * closes after that, or with the daemon) */
+			 * back once the lock names the daemon and its proof is
+			 * set up (the pipe's end closes after that, or with the
+			 * daemon) */
 			char b;
 			close(up[1]);
 			while (read(up[0], &b, 1) < 0 && errno == EINTR)
@@ -224,8 +225,6 @@ int main(int argc, char **argv)
 	 * warns of a daemon of another build) */
 	if (ftruncate(lock_fd, 0) == 0)
 		dprintf(lock_fd, "%d %d\n", getpid(), DSOCK_PROTO_VERSION);
-	if (up[1] >= 0)
-		close(up[1]);
 	char perr[512];
 	if (dd_policy_load(perr, sizeof(perr))) {
 		DSOCK_ERR("pairing rules: %s; not serving", perr);
@@ -235,6 +234,10 @@ int main(int argc, char **argv)
 	if (dd_policy_count())
 		DSOCK_INFO("pairing rules: %d", dd_policy_count());
 	dd_ident_start(path);
+	/* the caller waits until here: the connections it makes next are
+	 * marked for the kernel-recorded proof where the programs attached */
+	if (up[1] >= 0)
+		close(up[1]);
 	rc = dd_serve(lfd, &cfg);
 	dd_ident_stop();
 	unlink(path);

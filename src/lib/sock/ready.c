@@ -248,10 +248,14 @@ static int bell_lost(int epfd, int *bell)
 	return 1;
 }
 
+/* The signal mask of the epoll_pwait whose spin looks now (NULL: none). */
+static __thread const sigset_t *look_mask;
+
 static int kernel_look(int epfd, int kfd, struct epoll_event *ev, int max, long long now)
 {
 	ghost_since = dsock_ghost_since();
-	int n = dsock_real.epoll_wait(kfd, ev, max, 0), poked;
+	int n = look_mask ? dsock_real.epoll_pwait(kfd, ev, max, 0, look_mask) : dsock_real.epoll_wait(kfd, ev, max, 0),
+	    poked;
 	/* (a poke's hidden data is what our caller adds anyway; a ring's
 	 * entries are taken at this look or the next, before any sleep) */
 	if (n > 0 && atomic_load_explicit(&dsock_pokes, memory_order_relaxed))
@@ -390,13 +394,29 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 	 * The kernel's epoll does all the work, so every epoll
 	 * semantic stays its own. */
 	/* no connection on a transport: a set holding connections spins on
-	 * the kernel first (kspin.h; not a wait with a signal mask, which
-	 * holds only during its own call) */
-	if (blocking && max > 0 && (kind == DSOCK_EPW_WAIT || (kind == DSOCK_EPW_PWAIT && !m)) &&
+	 * the kernel first (kspin.h); an epoll_pwait's or epoll_pwait2's
+	 * looks hold its signal mask, as its own call does (a signal it lets
+	 * in ends the wait with EINTR), and its sleep gets the time left */
+	struct timespec t_left;
+	int spin_ms = kind == DSOCK_EPW_PWAIT2 ? (t ? (int)(t->tv_sec * 1000 + t->tv_nsec / 1000000) : -1) : timeout_ms;
+	if (blocking && max > 0 && spin_ms != 0 &&
 	    !atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) && dsock_kspin_on &&
-	    dsock_light_capable(epfd) &&
-	    (n = dsock_kspin_looks(epoll_look, &(struct epoll_args){ epfd, kfd, max, ev }, &timeout_ms)) != 0)
-		return n;
+	    dsock_light_capable(epfd)) {
+		long long t0 = dsock_mono_ns();
+		look_mask = kind == DSOCK_EPW_WAIT ? NULL : m;
+		n = dsock_kspin_looks(epoll_look, &(struct epoll_args){ epfd, kfd, max, ev }, &spin_ms);
+		look_mask = NULL;
+		if (n != 0)
+			return n;
+		if (kind != DSOCK_EPW_PWAIT2) {
+			timeout_ms = spin_ms;
+		} else if (t) {
+			long long ns = t->tv_sec * 1000000000LL + t->tv_nsec - (dsock_mono_ns() - t0);
+			t_left.tv_sec = ns > 0 ? ns / 1000000000LL : 0;
+			t_left.tv_nsec = ns > 0 ? ns % 1000000000LL : 0;
+			t = &t_left;
+		}
+	}
 	struct dsock_light light;
 	/* no connection on a transport yet: a cold sleep, promoted by the
 	 * first attach (light.h) */
