@@ -77,8 +77,14 @@ struct link {
 };
 
 static struct link links[LINKS_MAX];
-static struct dd_allowed allowed[ALLOW_MAX];
-static int nallowed, on, ep = -1, lfd = -1, dial_port = 7447;
+/* Every host the allow-list has named since start, in a table that only
+ * grows, so that an index (a link's, a socket's in the registry) names
+ * the same host after a reload; allowed_now says which the list names
+ * now. */
+static struct dd_allowed known[ALLOW_MAX];
+static unsigned char allowed_now[ALLOW_MAX];
+static int nknown, nallowed, on, ep = -1, lfd = -1, dial_port = 7447;
+static char allow_path[512];
 static uint32_t base;
 static uint64_t next_gen = 1;
 static SSL_CTX *ctx;
@@ -99,10 +105,40 @@ static int allowed_index(X509 *cert)
 
 	if (!k || dd_hostkey_fp(k, fp))
 		return -1;
-	for (int i = 0; i < nallowed; i++)
-		if (!strcmp(allowed[i].fp, fp))
+	for (int i = 0; i < nknown; i++)
+		if (allowed_now[i] && !strcmp(known[i].fp, fp))
 			return i;
 	return -1;
+}
+
+/* Reads the allow-list into known and allowed_now: 0, or -1 with why
+ * (the hosts allowed before stay so). */
+static int load_allowed(char *why, size_t n)
+{
+	static struct dd_allowed list[ALLOW_MAX];
+	int count = dd_allow_load(allow_path, list, ALLOW_MAX, why, n), i, k;
+
+	if (count < 0)
+		return -1;
+	for (i = 0; i < count; i++) {
+		for (k = 0; k < nknown && strcmp(known[k].fp, list[i].fp); k++)
+			;
+		if (k == nknown && nknown == ALLOW_MAX) {
+			snprintf(why, n, "more than %d hosts named since start (restart the daemon)", ALLOW_MAX);
+			return -1;
+		}
+	}
+	memset(allowed_now, 0, sizeof(allowed_now));
+	for (i = 0; i < count; i++) {
+		for (k = 0; k < nknown && strcmp(known[k].fp, list[i].fp); k++)
+			;
+		if (k == nknown)
+			nknown++;
+		known[k] = list[i];
+		allowed_now[k] = 1;
+	}
+	nallowed = count;
+	return 0;
 }
 
 /* The certificate is self-signed: what is checked is its key, pinned by
@@ -552,7 +588,7 @@ void dd_hosts_answer(uint64_t gen, uint64_t id, unsigned result, unsigned reason
 
 const char *dd_hosts_name(int host)
 {
-	return host >= 0 && host < nallowed ? allowed[host].name : "?";
+	return host >= 0 && host < nknown ? known[host].name : "?";
 }
 
 int dd_hosts_stat(int (*line)(int fd, const char *text), int fd)
@@ -698,7 +734,8 @@ int dd_hosts_start(const char *socket_path, int epfd, uint32_t slot_base)
 	}
 	if (port && *port)
 		dial_port = atoi(port);
-	if ((nallowed = dd_allow_load(allow, allowed, ALLOW_MAX, why, sizeof(why))) < 0 ||
+	snprintf(allow_path, sizeof(allow_path), "%s", allow);
+	if (load_allowed(why, sizeof(why)) ||
 	    make_ctx(key_path(), why, sizeof(why)) ||
 	    (lfd = listen_on(lsn && *lsn ? lsn : "7447", why, sizeof(why))) < 0 ||
 	    epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev) < 0) {
@@ -716,6 +753,24 @@ int dd_hosts_start(const char *socket_path, int epfd, uint32_t slot_base)
 int dd_hosts_on(void)
 {
 	return on;
+}
+
+void dd_hosts_reload(void)
+{
+	char why[512];
+
+	if (!on)
+		return;
+	if (load_allowed(why, sizeof(why))) {
+		DSOCK_ERR("allow-list not reloaded: %s; the hosts allowed before stay so", why);
+		return;
+	}
+	DSOCK_INFO("allow-list reloaded: %d hosts allowed", nallowed);
+	/* a host taken off the list loses its links at once (and a link
+	 * still in its handshake is judged by the new list) */
+	for (int i = 0; i < LINKS_MAX; i++)
+		if (links[i].fd >= 0 && links[i].host >= 0 && !allowed_now[links[i].host])
+			fail(&links[i], DSOCK_R_HOST_REFUSED, "its key is no longer on the allow-list");
 }
 
 void dd_hosts_stop(void)
@@ -758,6 +813,7 @@ int dd_hosts_start(const char *socket_path, int epfd, uint32_t slot_base)
 	return allow && *allow ? -1 : 0;
 }
 int dd_hosts_on(void) { return 0; }
+void dd_hosts_reload(void) {}
 void dd_hosts_event(uint32_t slot, uint32_t events) { (void)slot; (void)events; }
 int dd_hosts_tick(void) { return -1; }
 void dd_hosts_stop(void) {}

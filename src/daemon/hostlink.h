@@ -34,6 +34,9 @@ enum { DD_CLAIM_MATCHED = 1, DD_CLAIM_REFUSED = 2 };
  * or -1 when it was asked for and cannot (logged). */
 int dd_hosts_start(const char *socket_path, int ep, uint32_t slot_base);
 int dd_hosts_on(void);
+/* Reads the allow-list again (SIGHUP): links of hosts no longer on it
+ * end at once; a list that cannot be read leaves the old one in force. */
+void dd_hosts_reload(void);
 /* An epoll event on one of its fds (slot as registered). */
 void dd_hosts_event(uint32_t slot, uint32_t events);
 /* Deadlines: ms until the next, or -1. */

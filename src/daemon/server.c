@@ -492,8 +492,9 @@ int dd_serve(int lfd, const struct dd_config *cfg)
 				struct signalfd_siginfo si;
 				if (read(sfd, &si, sizeof(si)) != sizeof(si))
 					continue;
-				if (si.ssi_signo == SIGHUP) { /* a look at the programs, at once */
+				if (si.ssi_signo == SIGHUP) { /* a look at the programs, the allow-list again */
 					dd_ident_watch(1);
+					dd_hosts_reload();
 				} else {
 					DSOCK_INFO("signal %u: shutting down", si.ssi_signo);
 					stop = 1;

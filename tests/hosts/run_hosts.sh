@@ -19,7 +19,8 @@
 #   allowed one with false, replayed and malformed claims;
 #   and after it, a and b still prove a new connection;
 #   host b's daemon killed and restarted, then hung: connections meanwhile
-#   stay on the kernel, byte-exact, and a proves with b again after.
+#   stay on the kernel, byte-exact, and a proves with b again after;
+#   a taken off b's allow-list while both run (SIGHUP): refused from then.
 # Usage: tests/hosts/run_hosts.sh [BUILD_DIR]
 # Closing line: "hosts: N passed, N failed".
 set -u
@@ -301,6 +302,26 @@ if [ "$(cat "$T/a9.out")" = exact ] && [ "$pa" = " 1 kernel(peer-did-not-pair);"
 	ok "9. host b's daemon hung: a's connection stays on the kernel when its wait ends, byte-exact (path a:$pa)"
 else
 	bad "9. host b's daemon hung ('$(cat "$T/a9.out")', path a:'$pa')" "$T/a/d.sock.log"
+fi
+
+# 10. the operator takes a off b's allow-list and signals b's daemon
+# (SIGHUP): b drops its link from a at once, and a's next connection to b
+# stays on the kernel (host-not-allowed), byte-exact
+grep -v ' a$' "$T/b/allow" >"$T/b/allow.new" && mv "$T/b/allow.new" "$T/b/allow"
+kill -HUP "$(cut -d' ' -f1 "$T/b/d.sock.lock")"
+sleep 0.5
+links=$(on b "$DSOCK" stat | grep -c "link in .* up, host a")
+sleep 2 # (a dials again 2 s after its link broke)
+dsock_on a python3 "$HERE/chat.py" dial "$B" 11121 20 0.5 2 >"$T/a10.out" 2>&1 &
+cli=$!
+sleep 1.5
+pa=$(paths a python3)
+wait "$cli"
+if grep -q "allow-list reloaded: 1 hosts allowed" "$T/b/d.sock.log" && [ "$links" = 0 ] &&
+	[ "$(cat "$T/a10.out")" = exact ] && [ "$pa" = " 1 kernel(host-not-allowed);" ]; then
+	ok "10. a taken off b's allow-list (SIGHUP): b's link from a ends, a's next connection stays on the kernel, byte-exact (path a:$pa)"
+else
+	bad "10. a taken off b's allow-list (links from a up: $links, '$(cat "$T/a10.out")', path a:'$pa')" "$T/b/d.sock.log"
 fi
 
 echo "hosts: $PASS passed, $FAIL failed"
