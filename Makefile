@@ -47,7 +47,8 @@ endif
 TLS ?= $(shell test -r /usr/include/openssl/ssl.h && echo 1)
 ifeq ($(TLS),1)
 DAEMON_LIBS   += -lssl -lcrypto
-$(BUILD)/obj/bin/daemon/hostlink.o $(BUILD)/obj/bin/daemon/hostkey.o: CFLAGS += -DDSOCK_HAVE_TLS
+$(BUILD)/obj/bin/daemon/hostlink.o $(BUILD)/obj/bin/daemon/hostkey.o $(BUILD)/obj/bin/daemon/hostauth.o: \
+	CFLAGS += -DDSOCK_HAVE_TLS
 endif
 
 LIBDSOCK = $(BUILD)/lib/libdsock.so

@@ -7,6 +7,7 @@
  * that link and nothing else. */
 #include "daemon/hostlink.h"
 #include "daemon/hostkey.h"
+#include "daemon/hostauth.h"
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/reason.h"
@@ -32,7 +33,6 @@
 #include <unistd.h>
 
 #define LINKS_MAX    256
-#define ALLOW_MAX    1024
 #define HL_VERSION   1
 #define SETUP_MS     3000    /* connect, TLS and HELLO */
 #define RETRY_MS     2000    /* a host whose link failed is not dialled again before */
@@ -77,18 +77,10 @@ struct link {
 };
 
 static struct link links[LINKS_MAX];
-/* Every host the allow-list has named since start, in a table that only
- * grows, so that an index (a link's, a socket's in the registry) names
- * the same host after a reload; allowed_now says which the list names
- * now. */
-static struct dd_allowed known[ALLOW_MAX];
-static unsigned char allowed_now[ALLOW_MAX];
-static int nknown, nallowed, on, ep = -1, lfd = -1, dial_port = 7447;
-static char allow_path[512];
+static int on, ep = -1, lfd = -1, dial_port = 7447;
 static uint32_t base;
 static uint64_t next_gen = 1;
-static SSL_CTX *ctx;
-static char own_fp[DD_FP_LEN], listen_at[80];
+static char listen_at[80];
 
 static int64_t now_ms(void)
 {
@@ -96,60 +88,6 @@ static int64_t now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int allowed_index(X509 *cert)
-{
-	char fp[DD_FP_LEN];
-	EVP_PKEY *k = cert ? X509_get0_pubkey(cert) : NULL;
-
-	if (!k || dd_hostkey_fp(k, fp))
-		return -1;
-	for (int i = 0; i < nknown; i++)
-		if (allowed_now[i] && !strcmp(known[i].fp, fp))
-			return i;
-	return -1;
-}
-
-/* Reads the allow-list into known and allowed_now: 0, or -1 with why
- * (the hosts allowed before stay so). */
-static int load_allowed(char *why, size_t n)
-{
-	static struct dd_allowed list[ALLOW_MAX];
-	int count = dd_allow_load(allow_path, list, ALLOW_MAX, why, n), i, k;
-
-	if (count < 0)
-		return -1;
-	for (i = 0; i < count; i++) {
-		for (k = 0; k < nknown && strcmp(known[k].fp, list[i].fp); k++)
-			;
-		if (k == nknown && nknown == ALLOW_MAX) {
-			snprintf(why, n, "more than %d hosts named since start (restart the daemon)", ALLOW_MAX);
-			return -1;
-		}
-	}
-	memset(allowed_now, 0, sizeof(allowed_now));
-	for (i = 0; i < count; i++) {
-		for (k = 0; k < nknown && strcmp(known[k].fp, list[i].fp); k++)
-			;
-		if (k == nknown)
-			nknown++;
-		known[k] = list[i];
-		allowed_now[k] = 1;
-	}
-	nallowed = count;
-	return 0;
-}
-
-/* The certificate is self-signed: what is checked is its key, pinned by
- * the allow-list, and TLS 1.3's CertificateVerify proves the peer holds
- * the private half.  Only the leaf counts. */
-static int verify(int ok, X509_STORE_CTX *x)
-{
-	(void)ok;
-	if (X509_STORE_CTX_get_error_depth(x) != 0)
-		return 1;
-	return allowed_index(X509_STORE_CTX_get_current_cert(x)) >= 0;
 }
 
 static void arm(struct link *l, int out)
@@ -361,7 +299,7 @@ static void handshake(struct link *l)
 
 	if (r == 1) {
 		struct hl_hello h = { htole32(HL_VERSION), 0 };
-		l->host = allowed_index(SSL_get0_peer_certificate(l->ssl));
+		l->host = dd_hostauth_host(SSL_get0_peer_certificate(l->ssl));
 		if (l->host < 0) { /* (the verify callback refused it already) */
 			fail(l, DSOCK_R_HOST_REFUSED, "its key is not on the allow-list");
 			return;
@@ -411,7 +349,8 @@ static int setup(struct link *l, int fd, int dialled)
 	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
 	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (!(l->ssl = SSL_new(ctx)) || !SSL_set_fd(l->ssl, fd) || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+	if (!(l->ssl = SSL_new(dd_hostauth_ctx())) || !SSL_set_fd(l->ssl, fd) ||
+	    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		if (l->ssl)
 			SSL_free(l->ssl);
 		l->ssl = NULL;
@@ -586,11 +525,6 @@ void dd_hosts_answer(uint64_t gen, uint64_t id, unsigned result, unsigned reason
 		}
 }
 
-const char *dd_hosts_name(int host)
-{
-	return host >= 0 && host < nknown ? known[host].name : "?";
-}
-
 int dd_hosts_stat(int (*line)(int fd, const char *text), int fd)
 {
 	static const char *const st[] = { "free", "connecting", "tls", "up", "failed" };
@@ -599,8 +533,8 @@ int dd_hosts_stat(int (*line)(int fd, const char *text), int fd)
 
 	if (!on)
 		return 0;
-	snprintf(buf, sizeof(buf), "hostkey fp=%s listen=%s dial_port=%d allowed=%d", own_fp, listen_at, dial_port,
-		 nallowed);
+	snprintf(buf, sizeof(buf), "hostkey fp=%s listen=%s dial_port=%d allowed=%d", dd_hostauth_fp(), listen_at,
+		 dial_port, dd_hostauth_count());
 	if ((r = line(fd, buf)))
 		return r;
 	for (int i = 0; i < LINKS_MAX; i++) {
@@ -662,50 +596,6 @@ static int listen_on(const char *spec, char *why, size_t n)
 	return fd;
 }
 
-static const char *key_path(void)
-{
-	const char *key = getenv("DSOCK_HOST_KEY");
-
-	return key && *key ? key : "/var/lib/dsock/host.key";
-}
-
-int dd_hosts_fingerprint(char *out, char *why, size_t n)
-{
-	EVP_PKEY *k = dd_hostkey_load(key_path(), why, n);
-	int r = k ? dd_hostkey_fp(k, out) : -1;
-
-	if (k && r)
-		snprintf(why, n, "cannot hash the key");
-	EVP_PKEY_free(k);
-	return r;
-}
-
-static int make_ctx(const char *key_path, char *why, size_t n)
-{
-	EVP_PKEY *k = dd_hostkey_load(key_path, why, n);
-	X509 *x = k ? dd_hostkey_cert(k) : NULL;
-
-	if (!k)
-		return -1;
-	if (!x || dd_hostkey_fp(k, own_fp) || !(ctx = SSL_CTX_new(TLS_method())) ||
-	    !SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION) ||
-	    !SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION) || SSL_CTX_use_certificate(ctx, x) != 1 ||
-	    SSL_CTX_use_PrivateKey(ctx, k) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
-		snprintf(why, n, "TLS set-up failed");
-		X509_free(x);
-		EVP_PKEY_free(k);
-		return -1;
-	}
-	X509_free(x);
-	EVP_PKEY_free(k);
-	/* every link proves its key in a full handshake: no tickets to resume */
-	SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
-	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, verify);
-	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-	return 0;
-}
-
 int dd_hosts_start(const char *socket_path, int epfd, uint32_t slot_base)
 {
 	const char *allow = getenv("DSOCK_HOSTS_ALLOW");
@@ -734,19 +624,16 @@ int dd_hosts_start(const char *socket_path, int epfd, uint32_t slot_base)
 	}
 	if (port && *port)
 		dial_port = atoi(port);
-	snprintf(allow_path, sizeof(allow_path), "%s", allow);
-	if (load_allowed(why, sizeof(why)) ||
-	    make_ctx(key_path(), why, sizeof(why)) ||
+	if (dd_hostauth_start(allow, why, sizeof(why)) ||
 	    (lfd = listen_on(lsn && *lsn ? lsn : "7447", why, sizeof(why))) < 0 ||
 	    epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev) < 0) {
 		DSOCK_ERR("links to other hosts off: %s", why);
-		nallowed = 0;
 		dd_hosts_stop();
 		return -1;
 	}
 	on = 1;
-	DSOCK_INFO("links to other hosts on: this host is %s; listening on %s; %d hosts allowed", own_fp, listen_at,
-		   nallowed);
+	DSOCK_INFO("links to other hosts on: this host is %s; listening on %s; %d hosts allowed", dd_hostauth_fp(),
+		   listen_at, dd_hostauth_count());
 	return 0;
 }
 
@@ -761,15 +648,15 @@ void dd_hosts_reload(void)
 
 	if (!on)
 		return;
-	if (load_allowed(why, sizeof(why))) {
+	if (dd_hostauth_reload(why, sizeof(why))) {
 		DSOCK_ERR("allow-list not reloaded: %s; the hosts allowed before stay so", why);
 		return;
 	}
-	DSOCK_INFO("allow-list reloaded: %d hosts allowed", nallowed);
+	DSOCK_INFO("allow-list reloaded: %d hosts allowed", dd_hostauth_count());
 	/* a host taken off the list loses its links at once (and a link
 	 * still in its handshake is judged by the new list) */
 	for (int i = 0; i < LINKS_MAX; i++)
-		if (links[i].fd >= 0 && links[i].host >= 0 && !allowed_now[links[i].host])
+		if (links[i].fd >= 0 && links[i].host >= 0 && !dd_hostauth_allowed(links[i].host))
 			fail(&links[i], DSOCK_R_HOST_REFUSED, "its key is no longer on the allow-list");
 }
 
@@ -787,19 +674,11 @@ void dd_hosts_stop(void)
 	if (lfd >= 0)
 		close(lfd);
 	lfd = -1;
-	SSL_CTX_free(ctx);
-	ctx = NULL;
+	dd_hostauth_stop();
 	on = 0;
 }
 
 #else /* built without OpenSSL's headers */
-
-int dd_hosts_fingerprint(char *out, char *why, size_t n)
-{
-	(void)out;
-	snprintf(why, n, "built without TLS (libssl-dev)");
-	return -1;
-}
 
 int dd_hosts_start(const char *socket_path, int epfd, uint32_t slot_base)
 {
@@ -827,6 +706,5 @@ void dd_hosts_answer(uint64_t gen, uint64_t id, unsigned result, unsigned reason
 {
 	(void)gen; (void)id; (void)result; (void)reason;
 }
-const char *dd_hosts_name(int host) { (void)host; return "?"; }
 int dd_hosts_stat(int (*line)(int fd, const char *text), int fd) { (void)line; (void)fd; return 0; }
 #endif
