@@ -37,6 +37,7 @@
 #define SETUP_MS     3000    /* connect, TLS and HELLO */
 #define RETRY_MS     2000    /* a host whose link failed is not dialled again before */
 #define OUT_MAX      (4 << 20) /* a peer that reads nothing is dropped */
+#define SETUP_PER_ADDR 4       /* links in their handshake from one address */
 #define SLOT_LISTENER LINKS_MAX
 
 enum { HL_HELLO = 1, HL_CLAIM = 2, HL_ANSWER = 3 };
@@ -380,15 +381,35 @@ static void on_listener(void)
 	int fd;
 
 	while ((fd = accept4(lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-		struct link *l = slot_free();
-		if (!l) {
+		struct dsock_addr from;
+		struct link *l = NULL, *oldest = NULL;
+		int same = 0;
+
+		sl = sizeof(sa);
+		dsock_addr_from(&from, (struct sockaddr *)&sa);
+		/* Links not yet authenticated are what anyone who reaches the
+		 * port can hold: a few per address, and when the slots run out
+		 * the oldest of them makes room, so a flood delays an allowed
+		 * host's link by a handshake at most, never refuses it */
+		for (int i = 0; i < LINKS_MAX; i++) {
+			struct link *x = &links[i];
+			if (x->fd < 0 || x->dialled || (x->state == L_UP && x->hello))
+				continue;
+			same += !memcmp(x->addr.addr, from.addr, 16);
+			if (!oldest || x->deadline < oldest->deadline)
+				oldest = x;
+		}
+		if (same >= SETUP_PER_ADDR || (!(l = slot_free()) && !oldest)) {
 			close(fd);
 			continue;
 		}
-		dsock_addr_from(&l->addr, (struct sockaddr *)&sa);
+		if (!l) {
+			fail(oldest, DSOCK_R_HOST_UNREACHABLE, "no handshake yet, and every link slot taken: made room");
+			l = oldest;
+		}
+		l->addr = from;
 		l->state = L_TLS;
 		setup(l, fd, 0);
-		sl = sizeof(sa);
 	}
 }
 

@@ -17,6 +17,8 @@ a key of its own, and prints one "ok ..." or "FAIL ..." line per check:
         its own record holds: matched;
       - the same claim again, replayed: refused (its offer is taken);
       - a malformed message: the link is closed.
+  hello KEY CRT ADDR PORT
+      an allowed host's link comes up (HELLO back within 5 s)
 """
 import os
 import socket
@@ -140,8 +142,22 @@ def liar(key, crt, addr, port, server_port):
         report(True, "a malformed message closes the link (%s)" % type(e).__name__)
 
 
+def hello(key, crt, addr, port):
+    t0 = time.time()
+    try:
+        s = link(key, crt, addr, port)
+        send(s, HELLO, struct.pack("<II", 1, 0))
+        s.settimeout(5)
+        mtype, p = recv_msg(s)
+        report(mtype == HELLO, "an allowed host's link is up within %.2f s" % (time.time() - t0))
+    except (ssl.SSLError, OSError, EOFError) as e:
+        report(False, "an allowed host's link failed: %s" % e)
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "unlisted":
+    if sys.argv[1] == "hello":
+        hello(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    elif sys.argv[1] == "unlisted":
         unlisted(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     else:
         liar(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))

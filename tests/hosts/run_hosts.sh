@@ -20,6 +20,8 @@
 #   and after it, a and b still prove a new connection;
 #   host b's daemon killed and restarted, then hung: connections meanwhile
 #   stay on the kernel, byte-exact, and a proves with b again after;
+#   300 connections held open to b's link port without TLS: an allowed
+#   host still links;
 #   a taken off b's allow-list while both run (SIGHUP): refused from then.
 # Usage: tests/hosts/run_hosts.sh [BUILD_DIR]
 # Closing line: "hosts: N passed, N failed".
@@ -302,6 +304,33 @@ if [ "$(cat "$T/a9.out")" = exact ] && [ "$pa" = " 1 kernel(peer-did-not-pair);"
 	ok "9. host b's daemon hung: a's connection stays on the kernel when its wait ends, byte-exact (path a:$pa)"
 else
 	bad "9. host b's daemon hung ('$(cat "$T/a9.out")', path a:'$pa')" "$T/a/d.sock.log"
+fi
+
+# 9b. a flood of connections to b's link port that never start TLS (300
+# from host c, held open): an allowed host still links with b
+cat >"$T/flood.py" <<'EOF'
+import socket, sys, time
+held = []
+for i in range(300):
+    try:
+        held.append(socket.create_connection((sys.argv[1], 7447), timeout=2))
+    except OSError:
+        pass
+print(len(held), flush=True)
+time.sleep(float(sys.argv[2]))
+EOF
+on c python3 "$T/flood.py" "$B" 8 >"$T/flood.out" 2>&1 &
+flood=$!
+sleep 2
+# (the allowed host's key dialled from host a's address: the flood's own
+# address holds only a few slots)
+out=$(on a python3 "$HERE/forge_claims.py" hello "$T/liar.key" "$T/liar.crt" "$B" 7447 2>&1)
+kill "$flood" 2>/dev/null
+wait "$flood" 2>/dev/null
+if [[ "$out" == ok* ]]; then
+	ok "9b. $(head -1 "$T/flood.out") connections held open to b's link port without TLS: ${out#ok   }"
+else
+	bad "9b. a flood of connections to b's link port ($(head -1 "$T/flood.out") held): '$out'" "$T/b/d.sock.log"
 fi
 
 # 10. the operator takes a off b's allow-list and signals b's daemon
