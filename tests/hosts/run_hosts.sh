@@ -48,6 +48,9 @@ cleanup() {
 	sleep 0.2
 	{ for p in "${PIDS[@]}"; do kill -9 "$p"; done; wait "${PIDS[@]}"; } 2>/dev/null
 	for h in a b c; do DSOCK_SOCKET="$T/$h/d.sock" "$DSOCK" stop >/dev/null 2>&1; done
+	# (what a background `on` started runs under a subshell the kill
+	# above does not reach: everything left in the hosts goes)
+	for n in "${NETNS[@]}"; do ip netns pids "$n" 2>/dev/null | xargs -r kill -9 2>/dev/null; done
 	topo_down "${NETNS[@]}"
 	rm -rf "$T"
 }

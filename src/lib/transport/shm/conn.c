@@ -468,7 +468,9 @@ static void offer_due(struct dsock_sock *s, struct shm_conn *c, int fd)
 			s->state = DSOCK_ST_CONNECTED;
 			c->service = service_port(fd, c->role);
 			unsigned refuse = shm_refused(c);
-			if (refuse || shm_calibrate(c, fd) || send_offer(s, fd, c->role, &reason))
+			int cal = refuse ? 0 : shm_calibrate(c, fd);
+			/* (-EBUSY: a send of ours in flight; a later call offers) */
+			if (cal != -EBUSY && (refuse || cal || send_offer(s, fd, c->role, &reason)))
 				shm_detach(s, refuse ? refuse : DSOCK_R_NO_DAEMON);
 		} /* else still connecting: a later call looks again */
 	}

@@ -348,7 +348,8 @@ static inline int shm_fin_state(int st)
 }
 /* Reads the kernel's counters as the baseline: the stream's first byte
  * (the bytes sent before, early_sent, subtracted; every receive since the
- * connection's start counts in pending_read). */
+ * connection's start counts in pending_read).  0, -EINVAL, or -EBUSY
+ * while a send of ours is in flight (a later call offers). */
 int shm_calibrate(struct shm_conn *c, int fd);
 ssize_t shm_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int flags);
 ssize_t shm_sendfile(struct dsock_sock *s, int fd, int file, off_t pos, size_t n);

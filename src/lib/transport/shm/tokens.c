@@ -57,8 +57,13 @@ int64_t shm_kernel_sent(int fd)
 int shm_calibrate(struct shm_conn *c, int fd)
 {
 	/* the stream's origin: what the kernel counts now, less what we sent
-	 * before the offer (no send of ours in between: they hold mu) */
-	pthread_mutex_lock(&c->mu);
+	 * before the offer (no send of ours in between: they hold mu).  A
+	 * send in flight holds mu and may be blocked in the kernel until our
+	 * own reader drains the peer: waiting for it here, in that reader,
+	 * would close a cycle and hang both (a 4 MiB sendall beside a reader
+	 * thread did), so the offer waits for a call that finds mu free */
+	if (pthread_mutex_trylock(&c->mu))
+		return -EBUSY;
 	c->tx_base = shm_kernel_sent(fd);
 	if (c->tx_base >= 0)
 		c->tx_base -= atomic_load(c->sent_cnt);
