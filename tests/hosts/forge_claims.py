@@ -47,6 +47,14 @@ def link(key, crt, addr, port):
     return ctx.wrap_socket(raw)
 
 
+def open_link(key, crt, addr, port):
+    """A link with HELLO sent, reads timing out after 5 s."""
+    s = link(key, crt, addr, port)
+    send(s, HELLO, struct.pack("<II", 1, 0))
+    s.settimeout(5)
+    return s
+
+
 def send(s, mtype, payload):
     s.sendall(struct.pack("<HH", mtype, len(payload)) + payload)
 
@@ -86,9 +94,7 @@ def answer(s, timeout):
 def unlisted(key, crt, addr, port):
     t0 = time.time()
     try:
-        s = link(key, crt, addr, port)
-        send(s, HELLO, struct.pack("<II", 1, 0))
-        s.settimeout(5)
+        s = open_link(key, crt, addr, port)
         got = s.recv(64)
         report(not got, "an unlisted host's link ends before any message (read %r)" % got)
     except (ssl.SSLError, OSError, EOFError) as e:
@@ -96,9 +102,7 @@ def unlisted(key, crt, addr, port):
 
 
 def liar(key, crt, addr, port, server_port):
-    s = link(key, crt, addr, port)
-    send(s, HELLO, struct.pack("<II", 1, 0))
-    s.settimeout(5)
+    s = open_link(key, crt, addr, port)
     mtype, p = recv_msg(s)
     report(mtype == HELLO and struct.unpack("<II", p)[0] == 1, "an allowed host's link is up (HELLO back)")
     me = s.getsockname()[0].replace("::ffff:", "")
@@ -145,9 +149,7 @@ def liar(key, crt, addr, port, server_port):
 def hello(key, crt, addr, port):
     t0 = time.time()
     try:
-        s = link(key, crt, addr, port)
-        send(s, HELLO, struct.pack("<II", 1, 0))
-        s.settimeout(5)
+        s = open_link(key, crt, addr, port)
         mtype, p = recv_msg(s)
         report(mtype == HELLO, "an allowed host's link is up within %.2f s" % (time.time() - t0))
     except (ssl.SSLError, OSError, EOFError) as e:

@@ -16,6 +16,19 @@ static inline int64_t dsock_mono_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* *out = the timeout t less what elapsed since since_ns (this clock), not
+ * below zero: what a wait that spun first has left for its sleep.
+ * Returns out. */
+static inline const struct timespec *dsock_ts_left(const struct timespec *t, int64_t since_ns,
+						   struct timespec *out)
+{
+	int64_t ns = t->tv_sec * 1000000000LL + t->tv_nsec - (dsock_mono_ns() - since_ns);
+
+	out->tv_sec = ns > 0 ? ns / 1000000000LL : 0;
+	out->tv_nsec = ns > 0 ? ns % 1000000000LL : 0;
+	return out;
+}
+
 /* The same clock at the last tick: no TSC read, lags by at most a tick.
  * Only for deadlines whose holder looks again whenever one ends. */
 int64_t dsock_coarse_ns(void);

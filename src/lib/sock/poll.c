@@ -146,12 +146,8 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 		int r = dsock_kspin_poll(fds, n, is_ppoll, m, &timeout_ms);
 		if (r != 0)
 			return r;
-		if (t0) {
-			long long ns = t->tv_sec * 1000000000LL + t->tv_nsec - (dsock_mono_ns() - t0);
-			t_left.tv_sec = ns > 0 ? ns / 1000000000LL : 0;
-			t_left.tv_nsec = ns > 0 ? ns % 1000000000LL : 0;
-			t = &t_left;
-		}
+		if (t0)
+			t = dsock_ts_left(t, t0, &t_left);
 	}
 	/* (read only where a time left may be asked: a poll that does not
 	 * wait, or waits for ever, reads no clock before the kernel's) */

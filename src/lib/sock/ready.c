@@ -411,10 +411,7 @@ int dsock_ready_epoll(int epfd, struct epoll_event *ev, int max, int timeout_ms,
 		if (kind != DSOCK_EPW_PWAIT2) {
 			timeout_ms = spin_ms;
 		} else if (t) {
-			long long ns = t->tv_sec * 1000000000LL + t->tv_nsec - (dsock_mono_ns() - t0);
-			t_left.tv_sec = ns > 0 ? ns / 1000000000LL : 0;
-			t_left.tv_nsec = ns > 0 ? ns % 1000000000LL : 0;
-			t = &t_left;
+			t = dsock_ts_left(t, t0, &t_left);
 		}
 	}
 	struct dsock_light light;
