@@ -4,7 +4,10 @@
  * connect() or listen() (the cgroup/setsockopt program gives it a record
  * marked so; no privilege, no bpf(2); a listener's children inherit it).
  * An opted-in client's SYN carries an RFC 6994 option (kind 254, ExID
- * 0xd50c) with a random nonce Nc; an opted-in listener answers in its
+ * 0xd50c) with a nonce Nc (a keyed hash of the socket's cookie and a
+ * random word: unpredictable to anyone without the boot's key, since
+ * bpf_get_prandom_u32 alone is not a cryptographic source and Nc is
+ * presented to other hosts' daemons); an opted-in listener answers in its
  * SYN-ACK with Ns, a keyed hash of Nc, its ISN, the ports and its network
  * namespace, and only when the SYN carried Nc (a plain peer never sees
  * the option).  The client echoes Nc in its next segments (the third ACK,
@@ -103,6 +106,23 @@ static __always_inline __u64 server_nonce(struct bpf_sock_ops *skops, __u64 nc, 
 	return ns ? ns : 1;
 }
 
+/* A connecting socket's nonce: SipHash under the boot's key, tweaked so
+ * that no client nonce is computed as a listener's is, of the socket's
+ * cookie (never reused in a boot) and a random word. */
+static __always_inline __u64 client_nonce(struct bpf_sock_ops *skops)
+{
+	__u32 zero = 0;
+	struct key128 *k = bpf_map_lookup_elem(&dsock_key, &zero), ck;
+	__u64 r = (__u64)bpf_get_prandom_u32() << 32 | bpf_get_prandom_u32(), n;
+
+	if (!k)
+		return 0;
+	ck.k0 = k->k0 ^ 0x636c69656e74ULL; /* "client" */
+	ck.k1 = k->k1;
+	n = siphash3(&ck, bpf_get_socket_cookie(skops), r, bpf_get_netns_cookie(skops));
+	return n ? n : 1;
+}
+
 /* The nonce in our option of the segment at hand (flags 0) or of the SYN
  * (BPF_LOAD_HDR_OPT_TCP_SYN), or 0. */
 static __always_inline __u64 load_nonce(struct bpf_sock_ops *skops, __u64 flags)
@@ -138,9 +158,9 @@ static __always_inline int on_connect(struct bpf_sock_ops *skops)
 
 	if (!r || !(r->flags & DSOCK_IDENT_MARKED))
 		return 1;
-	r->sent = (__u64)bpf_get_prandom_u32() << 32 | bpf_get_prandom_u32();
+	r->sent = client_nonce(skops);
 	if (!r->sent)
-		r->sent = 1;
+		return 1; /* no key: no nonce, no option, no record to match */
 	r->recv = 0;
 	r->netns = bpf_get_netns_cookie(skops);
 	r->flags = DSOCK_IDENT_MARKED | DSOCK_IDENT_ACTIVE;
