@@ -33,14 +33,14 @@
 #include <unistd.h>
 
 #define LINKS_MAX    256
-#define HL_VERSION   1
+#define HL_VERSION   2 /* 2: CONFIRM */
 #define SETUP_MS     3000    /* connect, TLS and HELLO */
 #define RETRY_MS     2000    /* a host whose link failed is not dialled again before */
 #define OUT_MAX      (4 << 20) /* a peer that reads nothing is dropped */
 #define SETUP_PER_ADDR 4       /* links in their handshake from one address */
 #define SLOT_LISTENER LINKS_MAX
 
-enum { HL_HELLO = 1, HL_CLAIM = 2, HL_ANSWER = 3 };
+enum { HL_HELLO = 1, HL_CLAIM = 2, HL_ANSWER = 3, HL_CONFIRM = 4 };
 enum { L_FREE, L_CONNECTING, L_TLS, L_UP, L_FAILED };
 
 /* wire forms (little-endian) */
@@ -56,13 +56,15 @@ struct hl_claim {
 	uint32_t role, pad;
 	struct hl_addr local, peer;
 } __attribute__((packed));
+/* ANSWER (to a claim) and CONFIRM (the claimant's word on a MATCHED) */
 struct hl_answer {
 	uint64_t id;
 	uint32_t result, reason;
 } __attribute__((packed));
 static const uint16_t payload_len[] = { [HL_HELLO] = sizeof(struct hl_hello),
 					[HL_CLAIM] = sizeof(struct hl_claim),
-					[HL_ANSWER] = sizeof(struct hl_answer) };
+					[HL_ANSWER] = sizeof(struct hl_answer),
+					[HL_CONFIRM] = sizeof(struct hl_answer) };
 
 struct link {
 	int state, fd, dialled, host, hello, hello_out, armed_out;
@@ -74,7 +76,7 @@ struct link {
 	size_t nin;
 	unsigned char *out;
 	size_t nout, cap;
-	unsigned long claims_out, claims_in, answers_in, answers_out;
+	unsigned long claims_out, claims_in, answers_in, answers_out, confirms_in, confirms_out;
 };
 
 static struct link links[LINKS_MAX];
@@ -233,11 +235,16 @@ static int on_msg(struct link *l, unsigned type, const unsigned char *p)
 		}
 		l->claims_in++;
 		dd_pairing_remote_claim(l->gen, l->host, &c);
-	} else if (type == HL_ANSWER) {
+	} else if (type == HL_ANSWER || type == HL_CONFIRM) {
 		struct hl_answer a;
 		memcpy(&a, p, sizeof(a));
-		l->answers_in++;
-		dd_pairing_remote_answer(l->gen, l->host, le64toh(a.id), le32toh(a.result), le32toh(a.reason));
+		if (type == HL_ANSWER) {
+			l->answers_in++;
+			dd_pairing_remote_answer(l->gen, l->host, le64toh(a.id), le32toh(a.result), le32toh(a.reason));
+		} else {
+			l->confirms_in++;
+			dd_pairing_remote_confirm(l->gen, l->host, le64toh(a.id), le32toh(a.result));
+		}
 	} else {
 		fail(l, DSOCK_R_HOST_UNREACHABLE, "a second HELLO");
 		return -1;
@@ -278,7 +285,7 @@ static int pump(struct link *l)
 			uint16_t h[2];
 			memcpy(h, l->in + at, 4);
 			unsigned type = le16toh(h[0]), len = le16toh(h[1]);
-			if (type < HL_HELLO || type > HL_ANSWER || len != payload_len[type]) {
+			if (type < HL_HELLO || type > HL_CONFIRM || len != payload_len[type]) {
 				fail(l, DSOCK_R_HOST_UNREACHABLE, "a malformed message");
 				return -1;
 			}
@@ -366,7 +373,7 @@ static int setup(struct link *l, int fd, int dialled)
 	l->hello = l->hello_out = 0;
 	l->gen = next_gen++;
 	l->deadline = now_ms() + SETUP_MS;
-	l->claims_out = l->claims_in = l->answers_in = l->answers_out = 0;
+	l->claims_out = l->claims_in = l->answers_in = l->answers_out = l->confirms_in = l->confirms_out = 0;
 	if (dialled)
 		SSL_set_connect_state(l->ssl);
 	else
@@ -533,17 +540,28 @@ int64_t dd_hosts_claim(const struct dsock_addr *addr, const struct dd_claim *c)
 	return l->gen ? (int64_t)l->gen : -DSOCK_R_HOST_UNREACHABLE;
 }
 
-void dd_hosts_answer(uint64_t gen, uint64_t id, unsigned result, unsigned reason)
+/* Sends an ANSWER or CONFIRM over link gen (gone: nothing). */
+static void send_word(uint64_t gen, uint16_t type, uint64_t id, unsigned result, unsigned reason)
 {
 	struct hl_answer a = { htole64(id), htole32(result), htole32(reason) };
 
 	for (int i = 0; i < LINKS_MAX; i++)
 		if (links[i].gen == gen && links[i].state == L_UP) {
-			if (queue(&links[i], HL_ANSWER, &a, sizeof(a)) == 0)
-				links[i].answers_out++;
+			if (queue(&links[i], type, &a, sizeof(a)) == 0)
+				(*(type == HL_ANSWER ? &links[i].answers_out : &links[i].confirms_out))++;
 			flush(&links[i]);
 			return;
 		}
+}
+
+void dd_hosts_answer(uint64_t gen, uint64_t id, unsigned result, unsigned reason)
+{
+	send_word(gen, HL_ANSWER, id, result, reason);
+}
+
+void dd_hosts_confirm(uint64_t gen, uint64_t id, unsigned result)
+{
+	send_word(gen, HL_CONFIRM, id, result, 0);
 }
 
 int dd_hosts_stat(int (*line)(int fd, const char *text), int fd)
@@ -564,10 +582,10 @@ int dd_hosts_stat(int (*line)(int fd, const char *text), int fd)
 			continue;
 		dsock_addr_format(&l->addr, a, sizeof(a));
 		snprintf(buf, sizeof(buf), "hostlink addr=%s dir=%s state=%s host=%s claims_out=%lu claims_in=%lu "
-			 "answers_out=%lu answers_in=%lu",
+			 "answers_out=%lu answers_in=%lu confirms_out=%lu confirms_in=%lu",
 			 a, l->dialled ? "out" : "in", st[l->state == L_UP && !l->hello ? L_TLS : l->state],
 			 l->host >= 0 ? dd_hosts_name(l->host) : "-", l->claims_out, l->claims_in, l->answers_out,
-			 l->answers_in);
+			 l->answers_in, l->confirms_out, l->confirms_in);
 		if ((r = line(fd, buf)))
 			return r;
 	}
@@ -726,6 +744,10 @@ int64_t dd_hosts_claim(const struct dsock_addr *addr, const struct dd_claim *c)
 void dd_hosts_answer(uint64_t gen, uint64_t id, unsigned result, unsigned reason)
 {
 	(void)gen; (void)id; (void)result; (void)reason;
+}
+void dd_hosts_confirm(uint64_t gen, uint64_t id, unsigned result)
+{
+	(void)gen; (void)id; (void)result;
 }
 int dd_hosts_stat(int (*line)(int fd, const char *text), int fd) { (void)line; (void)fd; return 0; }
 #endif

@@ -4,7 +4,9 @@
  * about connections whose two ends are on their two hosts: a claim names
  * the nonces the kernel recorded in one end's handshake (ident.h), and
  * the other host's daemon answers whether it holds the socket whose
- * record crosses them (docs/ARCHITECTURE.md, "Between hosts").  A link
+ * record crosses them; a match counts only once the claimant confirms
+ * that its end still waits, so both ends always take the same outcome
+ * (docs/ARCHITECTURE.md, "Between hosts").  A link
  * is dialled on the first claim to a host, to the connection's peer
  * address at DSOCK_HOSTS_PORT, and kept; the data of a connection never
  * crosses a link. */
@@ -25,6 +27,8 @@ struct dd_claim {
 	struct dsock_addr local, peer;
 };
 
+/* An ANSWER's result; a CONFIRM's too (the claimant's word on MATCHED:
+ * its end still waits and takes the match, or it does not). */
 enum { DD_CLAIM_MATCHED = 1, DD_CLAIM_REFUSED = 2 };
 
 /* Starts the links where this daemon takes part: the host's daemon
@@ -52,6 +56,8 @@ int dd_hosts_fingerprint(char *out, char *why, size_t n);
 int64_t dd_hosts_claim(const struct dsock_addr *addr, const struct dd_claim *c);
 /* Answers claim id that came over link gen (gone: nothing). */
 void dd_hosts_answer(uint64_t gen, uint64_t id, unsigned result, unsigned reason);
+/* The claimant's CONFIRM of claim id's MATCHED, over link gen. */
+void dd_hosts_confirm(uint64_t gen, uint64_t id, unsigned result);
 /* The name of allow-list entry host (its index), or "?". */
 const char *dd_hosts_name(int host);
 /* `dsock stat` lines: this host's key, then one per link. */
@@ -60,6 +66,7 @@ int dd_hosts_stat(int (*line)(int fd, const char *text), int fd);
 /* Provided by the pairing (pairing.c). */
 void dd_pairing_remote_claim(uint64_t gen, int host, const struct dd_claim *c);
 void dd_pairing_remote_answer(uint64_t gen, int host, uint64_t id, unsigned result, unsigned reason);
+void dd_pairing_remote_confirm(uint64_t gen, int host, uint64_t id, unsigned result);
 /* Link gen is gone: its claims, both ways, end (reason: why). */
 void dd_pairing_link_down(uint64_t gen, unsigned reason);
 

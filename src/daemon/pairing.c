@@ -38,8 +38,11 @@ struct dd_offer {
 	/* Between hosts (hostlink.h).  remote: not an offer but another
 	 * host's claim, which came over link `link` from allow-list entry
 	 * `host` (to.proc NULL).  Otherwise claim_id, when not 0, names the
-	 * claim this offer sent to the peer's host over link `link`. */
-	int remote, host;
+	 * claim this offer sent to the peer's host over link `link`.
+	 * confirming: our end that another host's claim `claim_id` proved,
+	 * waiting for that claimant's CONFIRM over link `link` (in no
+	 * key's chain: nothing else can match it). */
+	int remote, host, confirming;
 	uint64_t claim_id, link;
 };
 
@@ -48,8 +51,10 @@ struct dd_offer {
  * first send).  Held below the library's own give-up (5 s), so a late
  * answer never reaches a socket that already went to the kernel.  One
  * queue per wait: each is in expiry order, so a tick looks at heads only. */
-enum { WAIT_LIKELY, WAIT_UNLIKELY, NWAITS };
-static const int wait_ms[NWAITS] = { 4000, 300 };
+enum { WAIT_LIKELY, WAIT_UNLIKELY, WAIT_CONFIRM, NWAITS };
+/* (a CONFIRM takes one round trip between the daemons; a likely offer's
+ * wait, its grace and this stay below the library's give-up) */
+static const int wait_ms[NWAITS] = { 4000, 300, 1500 };
 /* A daemon that is behind (messages were waiting at its last look) may
  * not have read the mate's offer yet: a likely offer then waits up to
  * this much longer, since a burst of 100,000 connections keeps the daemon
@@ -60,12 +65,13 @@ static const int wait_ms[NWAITS] = { 4000, 300 };
 static struct dsock_hmap by_key; /* key -> the newest offer with it */
 static struct dsock_hmap by_end; /* (process, socket id) -> its offer */
 static struct dsock_hmap by_claim; /* our claim's id -> its offer */
+static struct dsock_hmap by_confirm; /* a proving claim's id -> our confirming end */
 static struct dd_offer *qhead[NWAITS], *qtail[NWAITS];
 static unsigned long n_paired, n_kernel, n_pending, n_stale, n_remote, n_remote_waiting;
 /* claims of other hosts waiting at once: beyond, refused */
 #define REMOTE_WAITING_MAX 65536
 
-static void proven_remote(struct dd_offer *o, const struct dd_offer *r);
+static void await_confirm(struct dd_offer *o, const struct dd_offer *r);
 static void claim(struct dd_offer *o);
 
 static int64_t now_ms(void)
@@ -97,6 +103,15 @@ static int insert(struct dd_offer *o)
 
 	if (!o->remote && dsock_hmap_put(&by_end, end_key(o->to.proc, o->sock_id), (uint64_t)(uintptr_t)o))
 		return -ENOMEM;
+	if (o->confirming) {
+		/* (an id another host chose: one already waiting is refused) */
+		if (dsock_hmap_get(&by_confirm, o->claim_id, &v) ||
+		    dsock_hmap_put(&by_confirm, o->claim_id, (uint64_t)(uintptr_t)o)) {
+			dsock_hmap_del(&by_end, end_key(o->to.proc, o->sock_id));
+			return -ENOMEM;
+		}
+		goto queue;
+	}
 	dsock_hmap_get(&by_key, o->id.key, &v);
 	o->hnext = (struct dd_offer *)(uintptr_t)v;
 	if (dsock_hmap_put(&by_key, o->id.key, (uint64_t)(uintptr_t)o)) {
@@ -104,6 +119,7 @@ static int insert(struct dd_offer *o)
 			dsock_hmap_del(&by_end, end_key(o->to.proc, o->sock_id));
 		return -ENOMEM;
 	}
+queue:
 	n_remote_waiting += o->remote;
 	o->qnext = NULL;
 	o->qprev = qtail[o->wait];
@@ -136,6 +152,8 @@ static void unlink_offer(struct dd_offer *o)
 		dsock_hmap_del(&by_end, end_key(o->to.proc, o->sock_id));
 	if (!o->remote && o->claim_id && dsock_hmap_get(&by_claim, o->claim_id, &v) && v == (uint64_t)(uintptr_t)o)
 		dsock_hmap_del(&by_claim, o->claim_id);
+	if (o->confirming && dsock_hmap_get(&by_confirm, o->claim_id, &v) && v == (uint64_t)(uintptr_t)o)
+		dsock_hmap_del(&by_confirm, o->claim_id);
 	n_remote_waiting -= o->remote;
 	if (o->qprev)
 		o->qprev->qnext = o->qnext;
@@ -239,6 +257,15 @@ static int may_offer(const struct dd_proc *p, int fd)
 	return p && (p->uid == 0 || (fstat(fd, &st) == 0 && st.st_uid == p->uid));
 }
 
+/* The offer m waits (its close waits for this word, not the result). */
+static void held(const struct dd_reply_to *to, const struct dsock_msg_offer *m)
+{
+	struct dsock_msg_result r = { .sock_id = m->sock_id, .transport = (uint16_t)m->transport,
+				      .result = DSOCK_RES_HELD };
+
+	dd_send_result(to, &r, -1);
+}
+
 void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer *m, int fd)
 {
 	struct dd_offer o = { .to = *to, .sock_id = m->sock_id, .role = m->role,
@@ -262,10 +289,12 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 	close(fd);
 	if (x) {
 		unlink_offer(x);
-		if (x->remote)
-			proven_remote(&o, x);
-		else
+		if (!x->remote)
 			pair(x, &o);
+		else if (!(n = malloc(sizeof(*n))))
+			answer_kernel(to, m->sock_id, m->transport, DSOCK_R_RESOURCE);
+		else
+			held(to, m), *n = o, await_confirm(n, x);
 		free(x);
 		return;
 	}
@@ -282,9 +311,7 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 		answer_kernel(to, m->sock_id, m->transport, DSOCK_R_RESOURCE);
 		return;
 	}
-	struct dsock_msg_result held = { .sock_id = m->sock_id, .transport = (uint16_t)m->transport,
-					 .result = DSOCK_RES_HELD };
-	dd_send_result(to, &held, -1);
+	held(to, m);
 	if (o.proof->id == DSOCK_PROOF_HANDSHAKE && m->role == DSOCK_OFFER_CONNECT && dd_hosts_on() &&
 	    !dd_listener_known(&o.id.peer) && !dd_socket_known(&o.id.peer, &o.id.local))
 		claim(n);
@@ -304,11 +331,27 @@ static void remote_proven(struct dd_offer *o, int host)
 		   (unsigned long long)o->sock_id, dd_hosts_name(host));
 }
 
-/* A waiting claim r of another host proves our offer o's other end. */
-static void proven_remote(struct dd_offer *o, const struct dd_offer *r)
+/* Another host's claim r proves our offer o (on the heap, in no queue)
+ * the other end of its connection: it answers MATCHED, and o waits for
+ * the claimant's CONFIRM, matched by nothing else meanwhile.  The
+ * claimant's end may have stopped waiting (closed, or its wait over)
+ * while the answer travelled; the two ends take one outcome only once
+ * the claimant has said which. */
+static void await_confirm(struct dd_offer *o, const struct dd_offer *r)
 {
-	dd_hosts_answer(r->link, r->claim_id, DD_CLAIM_MATCHED, DSOCK_R_HOST_NO_TRANSPORT);
-	remote_proven(o, r->host);
+	o->confirming = 1;
+	o->claim_id = r->claim_id;
+	o->link = r->link;
+	o->host = r->host;
+	o->wait = WAIT_CONFIRM;
+	o->expire_ms = now_ms() + wait_ms[WAIT_CONFIRM];
+	if (insert(o)) {
+		dd_hosts_answer(r->link, r->claim_id, DD_CLAIM_REFUSED, DSOCK_R_RESOURCE);
+		answer_kernel(&o->to, o->sock_id, o->prov->transport, DSOCK_R_RESOURCE);
+		free(o);
+		return;
+	}
+	dd_hosts_answer(r->link, r->claim_id, DD_CLAIM_MATCHED, DSOCK_R_NONE);
 }
 
 /* Our connecting end o (waiting, HANDSHAKE-proven) asks the host its peer
@@ -355,8 +398,7 @@ void dd_pairing_remote_claim(uint64_t gen, int host, const struct dd_claim *c)
 	dd_proof_handshake_keys(&o.id);
 	if ((x = find_mate(&o, -1))) {
 		unlink_offer(x);
-		proven_remote(x, &o);
-		free(x);
+		await_confirm(x, &o);
 		return;
 	}
 	o.wait = WAIT_LIKELY;
@@ -373,16 +415,42 @@ void dd_pairing_remote_answer(uint64_t gen, int host, uint64_t id, unsigned resu
 	uint64_t v;
 	struct dd_offer *o;
 
-	/* an answer counts only over the link its claim went on */
+	/* an answer counts only over the link its claim went on; a match
+	 * for an end that no longer waits is refused, so that the other
+	 * end does not take it either */
 	if (!dsock_hmap_get(&by_claim, id, &v) || !(o = (struct dd_offer *)(uintptr_t)v) || o->link != gen ||
-	    o->claim_id != id)
+	    o->claim_id != id) {
+		if (result == DD_CLAIM_MATCHED)
+			dd_hosts_confirm(gen, id, DD_CLAIM_REFUSED);
 		return;
+	}
 	unlink_offer(o);
-	if (result == DD_CLAIM_MATCHED)
+	if (result == DD_CLAIM_MATCHED) {
+		dd_hosts_confirm(gen, id, DD_CLAIM_MATCHED);
 		remote_proven(o, host);
-	else
+	} else
 		answer_kernel(&o->to, o->sock_id, o->prov->transport,
 			      reason == DSOCK_R_UNPROVEN || reason == DSOCK_R_RESOURCE ? reason : DSOCK_R_PEER_TIMEOUT);
+	free(o);
+}
+
+void dd_pairing_remote_confirm(uint64_t gen, int host, uint64_t id, unsigned result)
+{
+	uint64_t v;
+	struct dd_offer *o;
+
+	/* a confirm counts only over the link its claim came on */
+	if (!dsock_hmap_get(&by_confirm, id, &v) || !(o = (struct dd_offer *)(uintptr_t)v) || !o->confirming ||
+	    o->link != gen || o->claim_id != id)
+		return;
+	unlink_offer(o);
+	if (result == DD_CLAIM_MATCHED) {
+		remote_proven(o, host);
+	} else {
+		DSOCK_INFO("pid %d sock %llu: host %s's end no longer waits", o->to.proc ? o->to.proc->pid : -1,
+			   (unsigned long long)o->sock_id, dd_hosts_name(host));
+		answer_kernel(&o->to, o->sock_id, o->prov->transport, DSOCK_R_PEER_TIMEOUT);
+	}
 	free(o);
 }
 
@@ -489,8 +557,12 @@ int dd_pairing_tick(int behind)
 				free(x);
 				continue;
 			}
+			if (x->confirming)
+				DSOCK_INFO("pid %d sock %llu: host %s did not confirm", x->to.proc ? x->to.proc->pid : -1,
+					   (unsigned long long)x->sock_id, dd_hosts_name(x->host));
 			answer_kernel(&x->to, x->sock_id, x->prov->transport,
-				      x->id.unproven		       ? DSOCK_R_UNPROVEN
+				      x->confirming		       ? DSOCK_R_HOST_UNREACHABLE
+				      : x->id.unproven		       ? DSOCK_R_UNPROVEN
 				      : x->role == DSOCK_OFFER_CONNECT ? DSOCK_R_PEER_TIMEOUT
 								       : DSOCK_R_PEER_PLAIN);
 			free(x);

@@ -14,8 +14,12 @@ a key of its own, and prints one "ok ..." or "FAIL ..." line per check:
         wait ends;
       - a true claim: its own connection to the dsock server at
         ADDR:SERVER_PORT, marked for the kernel's proof, with the nonces
-        its own record holds: matched;
+        its own record holds: matched, and never confirmed (the
+        server's end then stays on the kernel: run_hosts.sh reads the
+        daemon's log);
       - the same claim again, replayed: refused (its offer is taken);
+      - a second true claim: matched; a CONFIRM of an id never claimed
+        changes nothing, its own CONFIRM proves the server's end;
       - a malformed message: the link is closed.
   hello KEY CRT ADDR PORT
       an allowed host's link comes up (HELLO back within 5 s)
@@ -28,7 +32,8 @@ import sys
 import time
 
 SOL_DSOCK, DSOCK_OPTIN, DSOCK_IDENTITY = 0x6473, 1, 2
-HELLO, CLAIM, ANSWER = 1, 2, 3
+HELLO, CLAIM, ANSWER, CONFIRM = 1, 2, 3, 4
+VERSION = 2
 MATCHED, REFUSED = 1, 2
 ACTIVE, PASSIVE = 1, 2
 
@@ -50,7 +55,7 @@ def link(key, crt, addr, port):
 def open_link(key, crt, addr, port):
     """A link with HELLO sent, reads timing out after 5 s."""
     s = link(key, crt, addr, port)
-    send(s, HELLO, struct.pack("<II", 1, 0))
+    send(s, HELLO, struct.pack("<II", VERSION, 0))
     s.settimeout(5)
     return s
 
@@ -91,6 +96,20 @@ def answer(s, timeout):
     return struct.unpack("<QII", p)
 
 
+def marked(addr, port):
+    """A connection marked for the kernel's proof, past the server's offer:
+    the socket, its record's nonces and its local address."""
+    c = socket.socket()
+    c.setsockopt(SOL_DSOCK, DSOCK_OPTIN, 1)
+    c.connect((addr, port))
+    rec = c.getsockopt(SOL_DSOCK, DSOCK_IDENTITY, 32)
+    sent, recv = struct.unpack_from("<QQ", rec)
+    for i in range(6):  # (the server offers at its fourth data call)
+        c.sendall(b"ping %d\n" % i)
+        c.recv(100)
+    return c, sent, recv, c.getsockname()
+
+
 def unlisted(key, crt, addr, port):
     t0 = time.time()
     try:
@@ -104,7 +123,7 @@ def unlisted(key, crt, addr, port):
 def liar(key, crt, addr, port, server_port):
     s = open_link(key, crt, addr, port)
     mtype, p = recv_msg(s)
-    report(mtype == HELLO and struct.unpack("<II", p)[0] == 1, "an allowed host's link is up (HELLO back)")
+    report(mtype == HELLO and struct.unpack("<II", p)[0] == VERSION, "an allowed host's link is up (HELLO back)")
     me = s.getsockname()[0].replace("::ffff:", "")
     # a passive end's claim
     claim(s, 1, 11, 12, PASSIVE, (me, 40000), (addr, server_port))
@@ -118,15 +137,7 @@ def liar(key, crt, addr, port, server_port):
     report(cid == 2 and res == REFUSED, "a claim with nonces no socket recorded is refused after %.1f s" %
            (time.time() - t0))
     # a true claim: our own marked connection to the dsock server
-    c = socket.socket()
-    c.setsockopt(SOL_DSOCK, DSOCK_OPTIN, 1)
-    c.connect((addr, server_port))
-    rec = c.getsockopt(SOL_DSOCK, DSOCK_IDENTITY, 32)
-    sent, recv = struct.unpack_from("<QQ", rec)
-    for i in range(6):  # (the server offers at its fourth data call)
-        c.sendall(b"ping %d\n" % i)
-        c.recv(100)
-    local = c.getsockname()
+    c, sent, recv, local = marked(addr, server_port)
     claim(s, 3, sent, recv, ACTIVE, local, (addr, server_port))
     cid, res, reason = answer(s, 10)
     report(cid == 3 and res == MATCHED, "a true claim (its own connection's nonces) is matched (result %d)" % res)
@@ -135,6 +146,15 @@ def liar(key, crt, addr, port, server_port):
     report(cid == 4 and res == REFUSED, "the same claim replayed is refused (result %d)" % res)
     c.sendall(b"still\n")
     report(c.recv(100) == b"still\n", "the connection itself carries on (on the kernel)")
+    c.close()
+    c, sent, recv, local = marked(addr, server_port)
+    claim(s, 5, sent, recv, ACTIVE, local, (addr, server_port))
+    cid, res, reason = answer(s, 10)
+    send(s, CONFIRM, struct.pack("<QII", 77, MATCHED, 0))
+    send(s, CONFIRM, struct.pack("<QII", 5, MATCHED, 0))
+    c.sendall(b"again\n")
+    report(cid == 5 and res == MATCHED and c.recv(100) == b"again\n",
+           "a second true claim is matched (result %d) and confirmed" % res)
     c.close()
     # a malformed message closes the link
     send(s, 9, b"\0" * 8)
