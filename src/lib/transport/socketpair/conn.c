@@ -2,6 +2,7 @@
  * daemon's answer, the shared state page, going back, reset, fork, exec,
  * release. */
 #include "lib/transport/socketpair/sp.h"
+#include "lib/base/pmutex.h"
 #include "lib/ctl/ctl.h"
 #include "lib/sock/sock.h"
 #include "lib/base/clock.h"
@@ -43,19 +44,6 @@ int sp_lock(pthread_mutex_t *m)
 void sp_unlock(pthread_mutex_t *m)
 {
 	pthread_mutex_unlock(m);
-}
-
-static int shared_mutex(pthread_mutex_t *m)
-{
-	pthread_mutexattr_t a;
-	int r;
-
-	pthread_mutexattr_init(&a);
-	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-	r = pthread_mutex_init(m, &a);
-	pthread_mutexattr_destroy(&a);
-	return -r;
 }
 
 /* A connection on the page in memfd (ours from now on), or NULL. */
@@ -118,7 +106,7 @@ static int sp_offer(struct dsock_sock *s, int fd, int role, void **priv, unsigne
 		*reason = DSOCK_R_RESOURCE;
 		return -ENOMEM;
 	}
-	if (shared_mutex(&c->sh->tx_mu) || shared_mutex(&c->sh->rx_mu)) {
+	if (dsock_pmutex_init(&c->sh->tx_mu) || dsock_pmutex_init(&c->sh->rx_mu)) {
 		munmap(c->sh, PAGE);
 		dsock_real.close(memfd);
 		free(c);

@@ -1,0 +1,49 @@
+/* What the channel's two files share (chan.c: state, frames out, the
+ * reader; stream.c: waits and the streams' calls). */
+#ifndef DSOCK_CHAN_INT_H
+#define DSOCK_CHAN_INT_H
+
+#include "lib/transport/channel/chan.h"
+
+static inline struct ch_stream *ch_stream_at(const struct ch *c, unsigned st)
+{
+	return (struct ch_stream *)((char *)c->sh + c->sh->streams_off) + st;
+}
+
+static inline unsigned char *ch_ring(const struct ch *c, unsigned st)
+{
+	return (unsigned char *)c->sh + c->sh->rings_off + (uint64_t)st * CH_RING;
+}
+
+static inline unsigned char *ch_txring(const struct ch *c)
+{
+	return (unsigned char *)c->sh + c->sh->txring_off;
+}
+
+/* Bytes free in the frame ring (tx_mu held). */
+static inline uint64_t ch_tx_room(const struct ch *c)
+{
+	return CH_TXRING - (__atomic_load_n(&c->sh->tx_tail, __ATOMIC_RELAXED) -
+			    __atomic_load_n(&c->sh->tx_head, __ATOMIC_RELAXED));
+}
+
+/* The channel dies with err (the first death stays). */
+void ch_kill(struct ch *c, int err);
+/* Locks m (try: without waiting): 0, or -errno.  A holder that died
+ * inside may have left a frame half filed or half written, so the
+ * channel dies with it. */
+int ch_lock(struct ch *c, pthread_mutex_t *m, int try);
+/* Something happened: wakes the futex's sleepers. */
+void ch_bump(struct ch *c);
+/* Frames out (tx_mu held): n bytes, or a header; ch_tx_flush writes what
+ * the socket takes (0, or -errno: dead). */
+void ch_tx_put(struct ch *c, const void *p, size_t n);
+void ch_tx_frame(struct ch *c, unsigned st, unsigned type, uint64_t arg);
+int ch_tx_flush(struct ch *c);
+/* Tells the peer what the stream's reader consumed, when worth a frame. */
+void ch_credit(struct ch *c, unsigned st);
+/* (rx_mu held) reads what the socket has, without waiting, and files it:
+ * the bytes read (0: none), or -errno once dead or at the channel's EOF. */
+ssize_t ch_pump_locked(struct ch *c);
+
+#endif

@@ -1,0 +1,280 @@
+/* The channel's core (src/lib/transport/channel/chan.h) over a TCP
+ * connection on loopback: streams byte-exact under threads, credits (a
+ * stream far larger than its ring), a slow reader that stalls only its
+ * own stream, EOF and STOP, a fork's two holders, a peer that breaks the
+ * rules and a peer that goes away. */
+#include "unit.h"
+#include "lib/transport/channel/chan.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#define FOREVER INT64_MAX
+
+static int64_t mono_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void tcp_pair(int fd[2])
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+
+	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 1) ||
+	    getsockname(l, (struct sockaddr *)&a, &al)) {
+		perror("listener");
+		exit(1);
+	}
+	fd[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (connect(fd[0], (struct sockaddr *)&a, sizeof(a)) || (fd[1] = accept4(l, NULL, NULL, SOCK_CLOEXEC)) < 0) {
+		perror("connect");
+		exit(1);
+	}
+	setsockopt(fd[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd[1], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	close(l);
+}
+
+static void chans(struct ch a[2], unsigned n)
+{
+	int fd[2];
+
+	tcp_pair(fd);
+	if (ch_create(&a[0], fd[0], n) || ch_create(&a[1], fd[1], n)) {
+		fprintf(stderr, "ch_create failed\n");
+		exit(1);
+	}
+}
+
+static unsigned char pat(unsigned st, uint64_t i)
+{
+	return (unsigned char)(i * 131 + st * 7 + (i >> 11));
+}
+
+static ssize_t send_all(struct ch *c, unsigned st, const unsigned char *p, size_t n)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		struct iovec v = { (void *)(p + done), n - done };
+		ssize_t r = ch_send(c, st, &v, 1, 0, FOREVER);
+		if (r < 0)
+			return r;
+		done += (size_t)r;
+	}
+	return (ssize_t)done;
+}
+
+struct job {
+	struct ch *c;
+	unsigned st;
+	size_t n;
+	int ok;
+};
+
+static void *sender(void *arg)
+{
+	struct job *j = arg;
+	unsigned char *b = malloc(j->n);
+
+	for (size_t i = 0; i < j->n; i++)
+		b[i] = pat(j->st, i);
+	j->ok = send_all(j->c, j->st, b, j->n) == (ssize_t)j->n && ch_shutdown(j->c, j->st, SHUT_WR) == 0;
+	free(b);
+	return NULL;
+}
+
+/* Reads the stream to its EOF in odd-sized pieces: all of it, exact. */
+static void *receiver(void *arg)
+{
+	struct job *j = arg;
+	unsigned char b[7000];
+	size_t got = 0;
+	int exact = 1;
+	ssize_t r;
+
+	for (;;) {
+		struct iovec v = { b, 1 + (got * 7) % sizeof(b) };
+		if ((r = ch_recv(j->c, j->st, &v, 1, 0, FOREVER)) <= 0)
+			break;
+		for (ssize_t i = 0; i < r; i++)
+			exact &= b[i] == pat(j->st, got + (size_t)i);
+		got += (size_t)r;
+	}
+	j->ok = r == 0 && exact && got == j->n;
+	if (!j->ok)
+		fprintf(stderr, "stream %u: got %zu of %zu, exact %d, last %zd\n", j->st, got, j->n, exact, r);
+	return NULL;
+}
+
+static void streams_threads(void)
+{
+	enum { N = 8 };
+	struct ch c[2];
+	pthread_t t[2 * N];
+	struct job j[2 * N];
+
+	chans(c, 64);
+	for (unsigned i = 0; i < N; i++) {
+		/* even streams a -> b, odd ones b -> a; 1 MiB each */
+		unsigned st = 10 + i, from = i & 1;
+		j[2 * i] = (struct job){ &c[from], st, 1 << 20, 0 };
+		j[2 * i + 1] = (struct job){ &c[1 - from], st, 1 << 20, 0 };
+		pthread_create(&t[2 * i], NULL, sender, &j[2 * i]);
+		pthread_create(&t[2 * i + 1], NULL, receiver, &j[2 * i + 1]);
+	}
+	int ok = 1;
+	for (int i = 0; i < 2 * N; i++) {
+		pthread_join(t[i], NULL);
+		ok &= j[i].ok;
+	}
+	ASSERT_TRUE(ok);
+	ch_close(&c[0]);
+	ch_close(&c[1]);
+}
+
+/* A stream whose reader reads nothing holds a ring's worth; another
+ * stream carries 4 MiB meanwhile. */
+static void slow_reader(void)
+{
+	struct ch c[2];
+	unsigned char *b = malloc(CH_RING);
+	struct iovec v = { b, CH_RING };
+	pthread_t t;
+
+	chans(c, 8);
+	memset(b, 'x', CH_RING);
+	ASSERT_EQ(ch_send(&c[0], 1, &v, 1, MSG_DONTWAIT, FOREVER), CH_RING);
+	v.iov_len = 1;
+	ASSERT_EQ(ch_send(&c[0], 1, &v, 1, MSG_DONTWAIT, FOREVER), -EAGAIN); /* no credit */
+	ASSERT_EQ(ch_poll(&c[0], 1, POLLOUT), 0);
+	struct job r = { &c[1], 2, 4 << 20, 0 }, s = { &c[0], 2, 4 << 20, 0 };
+	pthread_create(&t, NULL, receiver, &r);
+	sender(&s);
+	pthread_join(t, NULL);
+	ASSERT_TRUE(s.ok && r.ok);
+	/* the stalled stream's bytes are all there, and once read its
+	 * sender has credit again */
+	ASSERT_EQ(ch_readable(&c[1], 1), CH_RING);
+	v.iov_len = CH_RING;
+	ASSERT_EQ(ch_recv(&c[1], 1, &v, 1, MSG_WAITALL, FOREVER), CH_RING);
+	ASSERT_TRUE(b[0] == 'x' && b[CH_RING - 1] == 'x');
+	int64_t until = INT64_MAX;
+	v.iov_len = 1;
+	ASSERT_EQ(ch_send(&c[0], 1, &v, 1, 0, until), 1);
+	free(b);
+	ch_close(&c[0]);
+	ch_close(&c[1]);
+}
+
+static void eof_stop_peek(void)
+{
+	struct ch c[2];
+	char b[64];
+	struct iovec v = { b, sizeof(b) };
+
+	chans(c, 8);
+	ASSERT_EQ(send_all(&c[0], 3, (const unsigned char *)"hello", 5), 5);
+	ASSERT_EQ(ch_shutdown(&c[0], 3, SHUT_WR), 0);
+	ASSERT_EQ(ch_recv(&c[1], 3, &v, 1, MSG_PEEK | MSG_WAITALL, FOREVER), 5); /* EOF ends the wait */
+	ASSERT_EQ(ch_recv(&c[1], 3, &v, 1, 0, FOREVER), 5);
+	ASSERT_TRUE(!memcmp(b, "hello", 5));
+	ASSERT_EQ(ch_recv(&c[1], 3, &v, 1, 0, FOREVER), 0);
+	ASSERT_TRUE(ch_poll(&c[1], 3, POLLIN) & POLLIN);
+	ASSERT_EQ(ch_send(&c[0], 3, &v, 1, 0, FOREVER), -EPIPE);
+	/* a receive that times out */
+	int64_t t0 = mono_ns();
+	ASSERT_EQ(ch_recv(&c[1], 4, &v, 1, 0, t0 + 20000000), -EAGAIN);
+	ASSERT_TRUE(mono_ns() - t0 >= 20000000);
+	/* STOP: the sender's sends fail once it has read it */
+	ASSERT_EQ(ch_shutdown(&c[1], 5, SHUT_RD), 0);
+	ssize_t r = 0;
+	for (int i = 0; i < 1000 && r >= 0; i++) {
+		r = ch_send(&c[0], 5, &v, 1, 0, FOREVER);
+		ch_progress(&c[0]);
+		usleep(100);
+	}
+	ASSERT_EQ(r, -EPIPE);
+	ch_close(&c[0]);
+	ch_close(&c[1]);
+}
+
+/* After a fork both holders of one end send on streams of their own. */
+static void forked(void)
+{
+	struct ch c[2];
+	pid_t pid;
+	int st;
+
+	chans(c, 8);
+	if ((pid = fork()) == 0) {
+		struct job s = { &c[0], 6, 1 << 20, 0 };
+		sender(&s);
+		_exit(s.ok ? 0 : 1);
+	}
+	struct job s = { &c[0], 7, 1 << 20, 0 }, r6 = { &c[1], 6, 1 << 20, 0 }, r7 = { &c[1], 7, 1 << 20, 0 };
+	pthread_t t[2];
+	pthread_create(&t[0], NULL, receiver, &r6);
+	pthread_create(&t[1], NULL, receiver, &r7);
+	sender(&s);
+	pthread_join(t[0], NULL);
+	pthread_join(t[1], NULL);
+	waitpid(pid, &st, 0);
+	ASSERT_TRUE(s.ok && r6.ok && r7.ok && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	ch_close(&c[0]);
+	ch_close(&c[1]);
+}
+
+/* A peer that breaks the rules kills the channel; one that goes away
+ * ends every stream. */
+static void faults(void)
+{
+	struct ch c;
+	int fd[2];
+	char b[64];
+	struct iovec v = { b, sizeof(b) };
+	/* DATA on stream 1 of more than a ring's credit */
+	unsigned char h[CH_HDR] = { 1, 0, 0, 0, CH_DATA, 0, 0, 0 };
+	uint64_t big = CH_RING + 1;
+
+	tcp_pair(fd);
+	ASSERT_EQ(ch_create(&c, fd[1], 4), 0);
+	memcpy(h + 8, &big, 8);
+	ASSERT_EQ(write(fd[0], h, sizeof(h)), sizeof(h));
+	ASSERT_EQ(ch_recv(&c, 1, &v, 1, 0, FOREVER), -ECONNRESET);
+	ASSERT_EQ(ch_send(&c, 2, &v, 1, 0, FOREVER), -ECONNRESET);
+	ASSERT_TRUE(ch_poll(&c, 3, POLLIN) & POLLERR);
+	close(fd[0]);
+	ch_close(&c);
+
+	tcp_pair(fd);
+	ASSERT_EQ(ch_create(&c, fd[1], 4), 0);
+	close(fd[0]);
+	ASSERT_EQ(ch_recv(&c, 1, &v, 1, 0, FOREVER), 0);
+	ASSERT_EQ(ch_send(&c, 1, &v, 1, 0, FOREVER), -EPIPE);
+	ch_close(&c);
+}
+
+int main(void)
+{
+	streams_threads();
+	slow_reader();
+	eof_stop_peek();
+	forked();
+	faults();
+	if (unit_failures)
+		fprintf(stderr, "test_chan: %d failures\n", unit_failures);
+	return unit_failures ? 1 : 0;
+}
