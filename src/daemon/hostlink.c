@@ -142,6 +142,20 @@ static void fail(struct link *l, unsigned reason, const char *why)
 	dd_pairing_link_down(gen, reason);
 }
 
+/* A read or write on an established link failed (e: SSL_get_error's).
+ * In TLS 1.3 a client's handshake ends before the server judges its key:
+ * a server that refuses it closes the link before its HELLO, with an
+ * alert, or a reset where our first message was still unread (which a
+ * write may meet as well as a read). */
+static void fail_io(struct link *l, int e, const char *why)
+{
+	if (l->dialled && !l->hello)
+		fail(l, DSOCK_R_HOST_REFUSED, "closed before its HELLO: this host's key is not on its "
+					    "allow-list, or it speaks another protocol");
+	else
+		fail(l, DSOCK_R_HOST_UNREACHABLE, e == SSL_ERROR_ZERO_RETURN ? "closed by the peer" : why);
+}
+
 static int queue(struct link *l, uint16_t type, const void *p, size_t n)
 {
 	if (l->nout + 4 + n > l->cap) {
@@ -175,7 +189,7 @@ static int flush(struct link *l)
 				return 0;
 			}
 			tls_why(why, sizeof(why));
-			fail(l, DSOCK_R_HOST_UNREACHABLE, why);
+			fail_io(l, e, why);
 			return -1;
 		}
 		memmove(l->out, l->out + w, l->nout - (size_t)w);
@@ -268,15 +282,7 @@ static int pump(struct link *l)
 				return 0;
 			}
 			tls_why(why, sizeof(why));
-			/* In TLS 1.3 a client's handshake ends before the server
-			 * judges its key: a server that refuses it closes the
-			 * link before its HELLO (an alert, or a reset where our
-			 * first message was still unread) */
-			if (l->dialled && !l->hello)
-				fail(l, DSOCK_R_HOST_REFUSED, "closed before its HELLO: this host's key is not on its "
-							    "allow-list, or it speaks another protocol");
-			else
-				fail(l, DSOCK_R_HOST_UNREACHABLE, e == SSL_ERROR_ZERO_RETURN ? "closed by the peer" : why);
+			fail_io(l, e, why);
 			return -1;
 		}
 		l->nin += (size_t)r;

@@ -22,6 +22,8 @@
 #   stay on the kernel, byte-exact, and a proves with b again after;
 #   300 connections held open to b's link port without TLS: an allowed
 #   host still links;
+#   a partition between a and b and its healing: a's connection resumes,
+#   c's carries on;
 #   a taken off b's allow-list while both run (SIGHUP): refused from then.
 # Usage: tests/hosts/run_hosts.sh [BUILD_DIR]
 # Closing line: "hosts: N passed, N failed".
@@ -338,6 +340,39 @@ if [[ "$out" == ok* ]]; then
 	ok "9b. $(head -1 "$T/flood.out") connections held open to b's link port without TLS: ${out#ok   }"
 else
 	bad "9b. a flood of connections to b's link port ($(head -1 "$T/flood.out") held): '$out'" "$T/b/d.sock.log"
+fi
+
+# 9c. a network partition and its healing: host a's link to the bridge
+# goes down for 3 s while a's proven connection to b and c's connection
+# to b (on the kernel, c not allowed) each make a round trip every 0.1 s.
+# a's resumes when the link heals, byte-exact (the kernel retransmits);
+# c's never stalls; a connection a dials after the healing is proven.
+dsock_on b python3 "$HERE/chat.py" serve "$B" 11122 >"$T/chat3.log" 2>&1 &
+PIDS+=($!)
+wait_port 11122
+dsock_on a python3 "$HERE/chat.py" steady "$B" 11122 8 >"$T/a9c.out" 2>&1 &
+ca=$!
+dsock_on c python3 "$HERE/chat.py" steady "$B" 11122 8 >"$T/c9c.out" 2>&1 &
+cc=$!
+sleep 1.5
+pa=$(paths a python3)
+ip -n dsockHs link set vdsockHa down
+sleep 3
+ip -n dsockHs link set vdsockHa up
+wait "$ca" "$cc"
+read -r ea na wa <"$T/a9c.out"
+read -r ec nc wc <"$T/c9c.out"
+dsock_on a python3 "$HERE/chat.py" dial "$B" 11122 20 0.5 2 >"$T/a9d.out" 2>&1 &
+cli=$!
+sleep 1.5
+pa2=$(paths a python3)
+wait "$cli"
+if [ "$ea" = exact ] && [ "$ec" = exact ] && [ "$pa" = " 1 kernel(other-host-no-transport)@b;" ] &&
+	awk -v a="$wa" -v c="$wc" 'BEGIN { exit !(a >= 2.5 && c < 1) }' && [ "$(cat "$T/a9d.out")" = exact ] &&
+	[ "$pa2" = " 1 kernel(other-host-no-transport)@b;" ]; then
+	ok "9c. a partition of 3 s between hosts a and b: a's proven connection resumes byte-exact ($na round trips, the longest $wa s), c's carries on ($nc, the longest $wc s), a's next connection is proven (path a:$pa2)"
+else
+	bad "9c. a partition between a and b (a: '$ea' $na ${wa}s, path '$pa'; c: '$ec' $nc ${wc}s; after: '$(cat "$T/a9d.out")', path '$pa2')" "$T/a/d.sock.log"
 fi
 
 # 10. the operator takes a off b's allow-list and signals b's daemon
