@@ -156,7 +156,7 @@ harness_selftest() {
 # their own (skipped unless root).
 apps_across() {
 	local rc=0
-	for place in bridge dnat; do
+	for place in bridge dnat hosts; do
 		tests/apps/run_apps.sh "$BUILD" $place || rc=1
 	done
 	return $rc
@@ -190,7 +190,7 @@ step "proof across namespaces: veth, DNAT, two tenants with identical addresses 
 step "forged claims across namespaces: a replayed nonce, TCP_REPAIR (BPF, root)" python3 tests/faults/test_forge.py "$BUILD"
 step "hand-over to programs without dsock: exec, SCM_RIGHTS" python3 tests/faults/test_handover.py "$BUILD"
 step "real programs under dsock" tests/apps/run_apps.sh "$BUILD"
-step "real programs across network namespaces: over a bridge, through DNAT (BPF proof, root)" apps_across
+step "real programs across network namespaces: over a bridge, through DNAT, between hosts with a daemon each (BPF proof, root)" apps_across
 step "hosts simulated in namespaces, a daemon each: proven over TLS links, plain peers, a hostile host, daemon faults (root)" \
 	tests/hosts/run_hosts.sh "$BUILD"
 step "integrity soak: native, dsock, dsock going back to the kernel mid-stream, dsock with 10,000 connections, dsock with client ports reused at once (15 s each); 100,000 connections at once" \

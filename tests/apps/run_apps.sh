@@ -15,8 +15,15 @@
 #   loop    every process in this namespace, on 127.0.0.1 and ::1;
 #   bridge  the clients dial the servers' own addresses on the bridge;
 #   dnat    the clients dial service addresses that the host rewrites to
-#           the servers' and masquerades (a published port).
-# Usage: tests/apps/run_apps.sh [BUILD_DIR] [loop|bridge|dnat]
+#           the servers' and masquerades (a published port);
+#   hosts   as bridge, but each namespace is a host of its own, with a
+#           daemon of its own (its own socket, host key and allow-list of
+#           the other two): the daemons prove the connections over their
+#           links (tests/hosts/), and with no transport between hosts the
+#           kernel carries them; where a check asks for shared memory it
+#           asks instead that the client's daemon proved the connections
+#           between hosts.
+# Usage: tests/apps/run_apps.sh [BUILD_DIR] [loop|bridge|dnat|hosts]
 # Closing line: "apps: N passed, N failed".
 set -u
 BUILD=$(cd "${1:-build}" && pwd)
@@ -36,14 +43,14 @@ case $PLACE in
 loop)
 	SRV=() CLI=() FRONT=()
 	LISTEN=127.0.0.1 LISTEN6=::1 DIAL=127.0.0.1 DIAL6=::1 FLISTEN=127.0.0.1 FDIAL=127.0.0.1 ;;
-bridge | dnat)
+bridge | dnat | hosts)
 	if [ "$(id -u)" != 0 ] || ! command -v nft >/dev/null; then
 		echo "skip: real programs across namespaces need root and nft"
 		exit 0
 	fi
 	SRV=(ip netns exec dsockAs) CLI=(ip netns exec dsockAc) FRONT=(ip netns exec dsockAf)
 	LISTEN=10.96.0.3 LISTEN6=fd96::3 FLISTEN=10.96.0.4
-	if [ "$PLACE" = bridge ]; then
+	if [ "$PLACE" != dnat ]; then
 		DIAL=10.96.0.3 DIAL6=fd96::3 FDIAL=10.96.0.4
 	else
 		DIAL=10.96.100.3 DIAL6=fd96:100::3 FDIAL=10.96.100.4
@@ -51,6 +58,26 @@ bridge | dnat)
 	export DSOCK_BPF_PROOF=1 ;;
 *) echo "unknown place $PLACE"; exit 2 ;;
 esac
+# HOSTS: the hosts' names (c client, s server, f front), each with its
+# daemon's settings (host_env H)
+HOSTS=()
+host_env() { echo DSOCK_SOCKET="$T/$1/d.sock" DSOCK_HOST_KEY="$T/$1/host.key" DSOCK_HOSTS_ALLOW="$T/$1/allow"; }
+if [ "$PLACE" = hosts ]; then
+	HOSTS=(c s f)
+	for h in "${HOSTS[@]}"; do
+		mkdir -p "$T/$h"
+		env $(host_env "$h") "$BUILD/bin/dsockd" --fingerprint >"$T/$h/fp" || { echo "host $h: no key"; exit 1; }
+	done
+	for h in "${HOSTS[@]}"; do
+		for o in "${HOSTS[@]}"; do [ "$o" = "$h" ] || printf '%s %s\n' "$(cat "$T/$o/fp")" "$o"; done >"$T/$h/allow"
+	done
+	SRV=(ip netns exec dsockAs env $(host_env s)) CLI=(ip netns exec dsockAc env $(host_env c))
+	FRONT=(ip netns exec dsockAf env $(host_env f))
+	export DSOCK_SOCKET="$T/c/d.sock"
+fi
+# what a check that asks for shared memory says it saw
+CARRIED="on shared memory"
+[ "$PLACE" = hosts ] && CARRIED="proven between hosts"
 
 cleanup() {
 	# (postgres: an immediate shutdown; it outlives a runuser killed)
@@ -60,6 +87,7 @@ cleanup() {
 	sleep 0.3
 	{ for p in "${PIDS[@]}"; do kill -9 "$p"; done; wait "${PIDS[@]}"; } 2>/dev/null
 	stop_proving_daemon "$DSOCK"
+	for h in "${HOSTS[@]}"; do DSOCK_SOCKET="$T/$h/d.sock" stop_proving_daemon "$DSOCK"; done
 	[ "$PLACE" = loop ] || topo_down "${NETNS[@]}"
 	rm -rf "$T"
 }
@@ -81,19 +109,50 @@ wait_port() {
 }
 # registered COMM: the daemon has seen a process of that name under dsock
 # (live, or among the recently exited)
-registered() { "$DSOCK" stat --raw 2>/dev/null | grep -Eq "^(proc|gone) .*comm=$1( |$)"; }
+registered() {
+	local h s socks=("$DSOCK_SOCKET")
+	for h in "${HOSTS[@]}"; do socks+=("$T/$h/d.sock"); done
+	for s in "${socks[@]}"; do
+		DSOCK_SOCKET=$s "$DSOCK" stat --raw 2>/dev/null | grep -Eq "^(proc|gone) .*comm=$1( |$)" && return 0
+	done
+	return 1
+}
 need() { command -v "$1" >/dev/null || { bad "$1 is not installed (run scripts/install-test-deps.sh)"; return 1; }; }
 # bg CMD...: a server under dsock, in the background, in the server's
 # namespace (bg_front: the front's); cli CMD...: a client, in the client's
 bg() { "${SRV[@]}" "$DSOCK" run -- "$@" >"$T/bg.$$.$RANDOM.log" 2>&1 & PIDS+=($!); }
 bg_front() { "${FRONT[@]}" "$DSOCK" run -- "$@" >"$T/bg.$$.$RANDOM.log" 2>&1 & PIDS+=($!); }
 cli() { "${CLI[@]}" "$DSOCK" run -- "$@"; }
+# other_host: the connections the client's host's daemon has proven
+# between hosts so far
+other_host() { "$DSOCK" stat --raw 2>/dev/null | sed -n 's/.* other_host=\([0-9]*\).*/\1/p' | head -1; }
 # run NAME CMD...: runs CMD as a client under dsock; its library reports at exit
 # how many of its connections moved bytes through shared memory (DSOCK_FASTPATH_REPORT)
-run() { local n=$1; shift; DSOCK_FASTPATH_REPORT="$T/fp.$n" "${CLI[@]}" "$DSOCK" run -- "$@"; }
+run() {
+	local n=$1
+	shift
+	[ "$PLACE" = hosts ] && other_host >"$T/oh.$n"
+	DSOCK_FASTPATH_REPORT="$T/fp.$n" "${CLI[@]}" "$DSOCK" run -- "$@"
+}
 # on_shm NAME: connections of the programs run as NAME that used the rings
-on_shm() { [ -s "$T/fp.$1" ] && awk '{ s += $2 } END { print s; exit !(s > 0) }' "$T/fp.$1"; }
+# (hosts: that the client's daemon proved between hosts since)
+on_shm() {
+	if [ "$PLACE" = hosts ]; then
+		local d=$(($(other_host) - $(cat "$T/oh.$1" 2>/dev/null || echo 0)))
+		echo "$d"
+		[ "$d" -gt 0 ]
+		return
+	fi
+	[ -s "$T/fp.$1" ] && awk '{ s += $2 } END { print s; exit !(s > 0) }' "$T/fp.$1"
+}
 
+# (hosts: each daemon in its host's namespace, not through `ip netns exec`,
+# whose fresh /sys hides the cgroup mount the BPF programs attach at; the
+# client's first, so that it attaches them and the others read them)
+for h in "${HOSTS[@]}"; do
+	nsenter --net="/run/netns/dsockA$h" env $(host_env "$h") DSOCK_BPF_PROOF=1 "$DSOCK" run -- true ||
+		{ echo "host $h: its daemon did not start"; exit 1; }
+done
 "$DSOCK" run -- true || { echo "cannot start dsock"; exit 1; }
 if [ "$PLACE" != loop ] && ! grep -q "kernel-recorded proof on" "$DSOCK_SOCKET.log" 2>/dev/null; then
 	echo "skip: the daemon did not attach its BPF programs: $(tail -c 300 "$DSOCK_SOCKET.log" 2>/dev/null)"
@@ -111,7 +170,7 @@ if need sockperf; then
 		if run "sp$proto" sockperf ping-pong $flag -i "$DIAL" -p "$P" -t 2 -m 64 --mps 5000000 --data-integrity \
 			>"$T/sp.$proto" 2>&1 && grep -q "Summary: Latency" "$T/sp.$proto" && ! grep -qi "integrity.*fail\|data corruption" "$T/sp.$proto" \
 			&& registered sockperf && { [ $proto = udp ] || on_shm "sp$proto" >/dev/null; }; then
-			ok "sockperf $proto ping-pong --data-integrity ($(grep -o 'Summary: Latency is [0-9.]* usec' "$T/sp.$proto")$([ $proto = tcp ] && echo ", on shared memory"))"
+			ok "sockperf $proto ping-pong --data-integrity ($(grep -o 'Summary: Latency is [0-9.]* usec' "$T/sp.$proto")$([ $proto = tcp ] && echo ", $CARRIED"))"
 		else
 			bad "sockperf $proto ping-pong" "$T/sp.$proto"
 		fi
@@ -175,7 +234,7 @@ CONF
 		# one request on a fresh connection: the pairing may land after the
 		# last byte, so the rings are reported here, not required
 		if cmp -s "$T/www/big.bin" "$T/big.got" && registered nginx && registered curl; then
-			ok "curl 32 MiB from nginx (sendfile) byte-exact ($(sha256sum <"$T/big.got" | cut -c1-12), $(on_shm curl >/dev/null && echo "on shared memory" || echo "on the kernel"))"
+			ok "curl 32 MiB from nginx (sendfile) byte-exact ($(sha256sum <"$T/big.got" | cut -c1-12), $(on_shm curl >/dev/null && echo "$CARRIED" || echo "on the kernel"))"
 		else
 			bad "curl large file from nginx" "$T/curl.err"
 		fi
@@ -206,7 +265,7 @@ CONF
 			if wait_port "$H" front; then
 				run curlhap curl -s -o "$T/big.hap" "http://$FDIAL:$H/big.bin" 2>"$T/hap.err"
 				if cmp -s "$T/www/big.bin" "$T/big.hap" && registered haproxy; then
-					ok "curl 32 MiB through haproxy -> nginx byte-exact ($(on_shm curlhap >/dev/null && echo "on shared memory" || echo "on the kernel"))"
+					ok "curl 32 MiB through haproxy -> nginx byte-exact ($(on_shm curlhap >/dev/null && echo "$CARRIED" || echo "on the kernel"))"
 				else
 					bad "haproxy in front of nginx" "$T/hap.err"
 				fi
@@ -329,7 +388,7 @@ for mode in threads asyncio; do
 	# alone may finish on the kernel too)
 	if serve_and_run "py$mode" "$([ $mode = threads ] && echo 6)" python3 -c "$PY_ECHO" "$mode" >"$T/py.$mode" 2>&1 \
 		&& grep -qx ok "$T/py.$mode" && { [ "$mode" = threads ] || on_shm "py$mode" >/dev/null; }; then
-		ok "python $mode echo byte-exact, IPv$([ $mode = threads ] && echo 6 || echo 4) ($(on_shm "py$mode" >/dev/null && echo "on shared memory" || echo "on the kernel"))"
+		ok "python $mode echo byte-exact, IPv$([ $mode = threads ] && echo 6 || echo 4) ($(on_shm "py$mode" >/dev/null && echo "$CARRIED" || echo "on the kernel"))"
 	else
 		bad "python $mode echo" "$T/py.$mode"
 	fi
@@ -381,7 +440,7 @@ if need node; then
 		if UV_USE_IO_URING=$uring serve_and_run "node$uring" 4 node -e "$NODE_ECHO" >"$T/node.$uring" 2>&1 \
 			&& grep -qx ok "$T/node.$uring" \
 			&& if [ "$want_shm" = 1 ]; then on_shm "node$uring" >/dev/null; else ! on_shm "node$uring" >/dev/null; fi; then
-			ok "node.js net echo byte-exact, UV_USE_IO_URING=$uring ($([ "$want_shm" = 1 ] && echo "on shared memory" || echo "on the kernel: io_uring"))"
+			ok "node.js net echo byte-exact, UV_USE_IO_URING=$uring ($([ "$want_shm" = 1 ] && echo "$CARRIED" || echo "on the kernel: io_uring"))"
 		else
 			bad "node.js net echo, UV_USE_IO_URING=$uring" "$T/node.$uring"
 		fi
@@ -407,7 +466,7 @@ if need memcached && need memccp && need memccat && need memcaslap; then
 		fi
 		if run mcslap memcaslap -s "$DIAL:$P" -T 1 -c 16 -t 2s >"$T/mcslap" 2>&1 \
 			&& grep -q "TPS:" "$T/mcslap" && on_shm mcslap >/dev/null; then
-			ok "memcaslap 16 connections ($(grep -o 'TPS: [0-9]*' "$T/mcslap" | tail -1), on shared memory)"
+			ok "memcaslap 16 connections ($(grep -o 'TPS: [0-9]*' "$T/mcslap" | tail -1), $CARRIED)"
 		else
 			bad "memcaslap" "$T/mcslap"
 		fi
@@ -438,8 +497,14 @@ elif need pgbench && need psql; then
 	PGSOCK=$PGD/dsockd.sock
 	[ "$PLACE" = loop ] || PGSOCK=$DSOCK_SOCKET
 	# pg: as postgres in the client's namespace; pg_srv: in the server's
-	pg() { "${CLI[@]}" "${AS[@]}" env DSOCK_SOCKET="$PGSOCK" "$@"; }
-	pg_srv() { "${SRV[@]}" "${AS[@]}" env DSOCK_SOCKET="$PGSOCK" "$@"; }
+	# (hosts: each with its host's daemon, as CLI and SRV say)
+	if [ "$PLACE" = hosts ]; then
+		pg() { "${CLI[@]}" "${AS[@]}" env "$@"; }
+		pg_srv() { "${SRV[@]}" "${AS[@]}" env "$@"; }
+	else
+		pg() { "${CLI[@]}" "${AS[@]}" env DSOCK_SOCKET="$PGSOCK" "$@"; }
+		pg_srv() { "${SRV[@]}" "${AS[@]}" env DSOCK_SOCKET="$PGSOCK" "$@"; }
+	fi
 	P=$(free_port)
 	pg_srv "$PGBIN/initdb" -D "$PGD/data" -A trust -U postgres >"$T/pg.init" 2>&1
 	echo "host all all 0.0.0.0/0 trust" >>"$PGD/data/pg_hba.conf"
@@ -453,19 +518,24 @@ elif need pgbench && need psql; then
 		chmod a+r "$PGD/in.txt"
 		pg "$DSOCK" run -- psql "${Q[@]}" -c "create table t (id serial, v text)" >"$T/pg.out" 2>&1
 		pg "$DSOCK" run -- psql "${Q[@]}" -c "\\copy t (v) from '$PGD/in.txt'" >>"$T/pg.out" 2>&1
+		other_host >"$T/oh.psql"
 		pg DSOCK_FASTPATH_REPORT="$PGD/fp.psql" "$DSOCK" run -- psql "${Q[@]}" -At -c "select v from t order by id" \
 			>"$PGD/got.txt" 2>>"$T/pg.out"
 		if cmp -s "$PGD/in.txt" "$PGD/got.txt"; then
-			ok "psql COPY 2 MB in and out byte-exact ($([ -s "$PGD/fp.psql" ] && echo "on shared memory" || echo "on the kernel"))"
+			ok "psql COPY 2 MB in and out byte-exact ($({ [ -s "$PGD/fp.psql" ] || { [ "$PLACE" = hosts ] && on_shm psql >/dev/null; }; } && echo "$CARRIED" || echo "on the kernel"))"
 		else
 			bad "psql COPY in and out" "$T/pg.out"
 		fi
 		pg "$DSOCK" run -- pgbench "${Q[@]::6}" -i -s 1 postgres >"$T/pgbench.init" 2>&1
+		other_host >"$T/oh.pgbench"
 		pg DSOCK_FASTPATH_REPORT="$PGD/fp.bench" "$DSOCK" run -- pgbench "${Q[@]::6}" -c 4 -j 2 -T 2 -S postgres \
 			>"$T/pgbench" 2>&1
 		if grep -q "number of failed transactions: 0 " "$T/pgbench" && grep -q "^tps" "$T/pgbench" \
-			&& [ -s "$PGD/fp.bench" ] && awk '{ s += $2 } END { exit !(s >= 4) }' "$PGD/fp.bench"; then
-			ok "pgbench 4 clients, read-only ($(grep -o 'tps = [0-9]*' "$T/pgbench"), $(awk '{ s += $2 } END { print s }' "$PGD/fp.bench") connections on shared memory)"
+			&& if [ "$PLACE" = hosts ]; then [ "$(on_shm pgbench)" -ge 4 ]; else
+				[ -s "$PGD/fp.bench" ] && awk '{ s += $2 } END { exit !(s >= 4) }' "$PGD/fp.bench"; fi; then
+			ok "pgbench 4 clients, read-only ($(grep -o 'tps = [0-9]*' "$T/pgbench"), $(if [ "$PLACE" = hosts ]; then
+				echo "$(on_shm pgbench) connections $CARRIED"; else
+				echo "$(awk '{ s += $2 } END { print s }' "$PGD/fp.bench") connections on shared memory"; fi))"
 		else
 			bad "pgbench" "$T/pgbench"
 		fi
@@ -568,7 +638,7 @@ if need java; then
 	printf '%s\n' "$JAVA_ECHO" >"$T/java/EchoTest.java"
 	if serve_and_run java 4 java "$T/java/EchoTest.java" >"$T/java.out" 2>&1 && grep -qx ok "$T/java.out" \
 		&& on_shm java >/dev/null; then
-		ok "java NIO echo byte-exact (on shared memory)"
+		ok "java NIO echo byte-exact ($CARRIED)"
 	else
 		bad "java NIO echo" "$T/java.out"
 	fi
