@@ -1,10 +1,12 @@
 /* The channel's core (src/lib/transport/channel/chan.h) over a TCP
  * connection on loopback: streams byte-exact under threads, credits (a
  * stream far larger than its ring), a slow reader that stalls only its
- * own stream, EOF and STOP, a fork's two holders, a peer that breaks the
- * rules and a peer that goes away. */
+ * own stream, EOF and STOP, control frames owed while the frame ring is
+ * full, a fork's two holders, a peer that breaks the rules (a length
+ * past its credit, one that wraps), a peer that goes away, and state
+ * that a holder scribbled on. */
 #include "unit.h"
-#include "lib/transport/channel/chan.h"
+#include "lib/transport/channel/chan_int.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -13,6 +15,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <stdint.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -26,7 +29,15 @@ static int64_t mono_ns(void)
 	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+static void tcp_pair_sized(int fd[2], int buf);
+
 static void tcp_pair(int fd[2])
+{
+	tcp_pair_sized(fd, 0);
+}
+
+/* buf: the sockets' buffers (0: the kernel's) */
+static void tcp_pair_sized(int fd[2], int buf)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t al = sizeof(a);
@@ -38,10 +49,17 @@ static void tcp_pair(int fd[2])
 		exit(1);
 	}
 	fd[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (buf) {
+		setsockopt(l, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+		setsockopt(fd[0], SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+		setsockopt(fd[0], SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+	}
 	if (connect(fd[0], (struct sockaddr *)&a, sizeof(a)) || (fd[1] = accept4(l, NULL, NULL, SOCK_CLOEXEC)) < 0) {
 		perror("connect");
 		exit(1);
 	}
+	if (buf)
+		setsockopt(fd[1], SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
 	setsockopt(fd[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	setsockopt(fd[1], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	close(l);
@@ -267,6 +285,137 @@ static void faults(void)
 	ch_close(&c);
 }
 
+/* While the frame ring is full (small socket buffers, a peer that does
+ * not read), a CREDIT and an EOF are owed, not lost: once the peer reads,
+ * they arrive. */
+static void owed(void)
+{
+	static unsigned char b[CH_RING];
+	struct iovec v = { b, sizeof(b) };
+	struct ch c[2];
+	int fd[2];
+	size_t got = 0;
+	ssize_t r;
+
+	tcp_pair_sized(fd, 4096);
+	ASSERT_EQ(ch_create(&c[0], fd[0], 64), 0);
+	ASSERT_EQ(ch_create(&c[1], fd[1], 64), 0);
+	/* a ring's worth on stream 1, b's to a's, filed at a */
+	for (size_t sent = 0; sent < CH_RING;) {
+		if ((r = ch_send(&c[1], 1, &v, 1, MSG_DONTWAIT, FOREVER)) > 0)
+			sent += (size_t)r;
+		ch_progress(&c[0]);
+		ch_progress(&c[1]);
+	}
+	for (int i = 0; i < 100000 && ch_readable(&c[0], 1) < CH_RING; i++)
+		ch_progress(&c[0]), ch_progress(&c[1]);
+	ASSERT_EQ(ch_readable(&c[0], 1), CH_RING);
+	/* a's frame ring filled on other streams, b not reading */
+	for (unsigned st = 2; st < 64; st++)
+		while (ch_send(&c[0], st, &v, 1, MSG_DONTWAIT, FOREVER) > 0)
+			;
+	ASSERT_TRUE(ch_tx_room(&c[0]) < CH_HDR + 1);
+	while ((r = ch_recv(&c[0], 1, &v, 1, MSG_DONTWAIT, FOREVER)) > 0)
+		got += (size_t)r;
+	ASSERT_EQ(got, CH_RING);
+	ASSERT_EQ(ch_shutdown(&c[0], 3, SHUT_WR), 0);
+	ASSERT_TRUE(c[0].sh->owing > 0);
+	/* b reads what a queued; a's owed frames follow */
+	for (int i = 0; i < 20000 && (ch_tx_pending(&c[0]) || i < 10); i++) {
+		ch_progress(&c[0]);
+		ch_progress(&c[1]);
+		for (unsigned st = 2; st < 64; st++)
+			while (ch_recv(&c[1], st, &v, 1, MSG_DONTWAIT, FOREVER) > 0)
+				;
+	}
+	v.iov_len = 1;
+	ASSERT_EQ(ch_send(&c[1], 1, &v, 1, 0, mono_ns() + 2000000000), 1); /* the credit came */
+	ASSERT_EQ(ch_recv(&c[1], 3, &v, 1, 0, mono_ns() + 2000000000), 0);  /* the EOF came */
+	ch_close(&c[0]);
+	ch_close(&c[1]);
+}
+
+static void *blocked_reader(void *arg)
+{
+	char b[8];
+	struct iovec v = { b, sizeof(b) };
+
+	return (void *)(intptr_t)ch_recv(arg, 1, &v, 1, 0, mono_ns() + 5000000000LL);
+}
+
+/* A peek that waits for all at the channel's end returns what there is;
+ * a reader blocked on a stream shut for reading returns 0 at once. */
+static void ends(void)
+{
+	struct ch c[2];
+	char b[64];
+	struct iovec v = { b, 5 };
+	pthread_t t;
+	void *r;
+
+	chans(c, 8);
+	ASSERT_EQ(ch_send(&c[0], 1, &v, 1, 0, FOREVER), 5);
+	ch_close(&c[0]);
+	v.iov_len = sizeof(b);
+	int64_t t0 = mono_ns();
+	ASSERT_EQ(ch_recv(&c[1], 1, &v, 1, MSG_PEEK | MSG_WAITALL, t0 + 2000000000), 5);
+	ASSERT_TRUE(mono_ns() - t0 < 1000000000);
+	ch_close(&c[1]);
+
+	chans(c, 8);
+	pthread_create(&t, NULL, blocked_reader, &c[1]);
+	usleep(50000);
+	t0 = mono_ns();
+	ASSERT_EQ(ch_shutdown(&c[1], 1, SHUT_RD), 0);
+	pthread_join(t, &r);
+	ASSERT_EQ((intptr_t)r, 0);
+	ASSERT_TRUE(mono_ns() - t0 < 1000000000);
+	ch_close(&c[0]);
+	ch_close(&c[1]);
+}
+
+/* A DATA length that wraps the credit check kills the channel; so does
+ * state a holder scribbled on (the parser's place), without a crash. */
+static void lies(void)
+{
+	static unsigned char junk[4096];
+	unsigned char h[CH_HDR] = { 1, 0, 0, 0, CH_DATA, 0, 0, 0 };
+	char b[64];
+	struct iovec v = { b, sizeof(b) };
+	uint64_t n = 100;
+	struct ch c, other;
+	int fd[2];
+
+	tcp_pair(fd);
+	ASSERT_EQ(ch_create(&c, fd[1], 4), 0);
+	memcpy(h + 8, &n, 8);
+	ASSERT_EQ(write(fd[0], h, sizeof(h)), sizeof(h));
+	ASSERT_EQ(write(fd[0], junk, 100), 100);
+	n = (uint64_t)0 - 50;
+	memcpy(h + 8, &n, 8);
+	ASSERT_EQ(write(fd[0], h, sizeof(h)), sizeof(h));
+	ASSERT_EQ(write(fd[0], junk, sizeof(junk)), sizeof(junk));
+	usleep(20000);
+	ch_progress(&c);
+	ASSERT_EQ(ch_recv(&c, 1, &v, 1, MSG_DONTWAIT, FOREVER), 64); /* (what was within its credit) */
+	ASSERT_EQ(ch_recv(&c, 2, &v, 1, 0, FOREVER), -ECONNRESET);
+	close(fd[0]);
+	ch_close(&c);
+
+	tcp_pair(fd);
+	ASSERT_EQ(ch_create(&c, fd[1], 4), 0);
+	/* a second holder maps the same state, as an exec's child would */
+	ASSERT_EQ(ch_attach(&other, dup(fd[1]), dup(c.memfd)), 0);
+	c.sh->hdr_len = 0x7ffffff0;
+	ASSERT_EQ(write(fd[0], junk, 16), 16);
+	usleep(20000);
+	ASSERT_EQ(ch_progress(&other), -ECONNRESET);
+	ASSERT_TRUE(ch_poll(&c, 1, POLLIN) & POLLERR);
+	ch_close(&other);
+	ch_close(&c);
+	close(fd[0]);
+}
+
 int main(void)
 {
 	streams_threads();
@@ -274,6 +423,9 @@ int main(void)
 	eof_stop_peek();
 	forked();
 	faults();
+	owed();
+	ends();
+	lies();
 	if (unit_failures)
 		fprintf(stderr, "test_chan: %d failures\n", unit_failures);
 	return unit_failures ? 1 : 0;

@@ -1,7 +1,6 @@
 /* The channel's core: its state, the frame ring and the reader (chan.h). */
 #include "lib/transport/channel/chan_int.h"
 #include "lib/base/pmutex.h"
-#include "lib/base/clock.h"
 #include "lib/base/real.h"
 #include "common/rawsys.h"
 
@@ -10,7 +9,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
-#include <poll.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -18,16 +16,20 @@
 #include <unistd.h>
 
 #define CH_STREAMS_MAX 65536
+#define READ_BUF       16384 /* the reader's buffer, on its caller's stack */
+#define READS_MAX      16    /* per look: a peer that streams frames does not hold it */
+#define SEALS          (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+_Static_assert(READ_BUF <= CH_RING, "a read's DATA part must fit a ring");
 
 void ch_kill(struct ch *c, int err)
 {
 	int32_t zero = 0;
 
-	__atomic_compare_exchange_n(&c->sh->dead, &zero, err, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	if (__atomic_compare_exchange_n(&c->sh->dead, &zero, err, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		ch_bump(c);
 }
 
-/* 0, or -errno: a holder that died inside may have left a frame half
- * filed or half written, so the channel dies with it. */
 int ch_lock(struct ch *c, pthread_mutex_t *m, int try)
 {
 	int r = try ? pthread_mutex_trylock(m) : pthread_mutex_lock(m);
@@ -54,9 +56,19 @@ static uint64_t align_up(uint64_t v, uint64_t a)
 	return (v + a - 1) & ~(a - 1);
 }
 
-static int map(struct ch *c, int fd, int memfd, uint64_t size)
+/* The layout of a channel of n streams, into c. */
+static void layout(struct ch *c, unsigned n)
 {
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	c->nstreams = n;
+	c->streams_off = align_up(sizeof(struct ch_shared), 64);
+	c->txring_off = align_up(c->streams_off + (uint64_t)n * sizeof(struct ch_stream), 4096);
+	c->rings_off = c->txring_off + CH_TXRING;
+	c->size = c->rings_off + (uint64_t)n * CH_RING;
+}
+
+static int map(struct ch *c, int fd, int memfd)
+{
+	void *p = mmap(NULL, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
 
 	if (p == MAP_FAILED)
 		return -errno;
@@ -68,27 +80,31 @@ static int map(struct ch *c, int fd, int memfd, uint64_t size)
 
 int ch_create(struct ch *c, int fd, unsigned nstreams)
 {
-	uint64_t streams_off = align_up(sizeof(struct ch_shared), 64);
-	uint64_t txring_off = align_up(streams_off + (uint64_t)nstreams * sizeof(struct ch_stream), 4096);
-	uint64_t rings_off = txring_off + CH_TXRING, size = rings_off + (uint64_t)nstreams * CH_RING;
 	int memfd, r;
 
 	if (!nstreams || nstreams > CH_STREAMS_MAX)
 		return -EINVAL;
-	if ((memfd = memfd_create("dsock-channel", MFD_CLOEXEC)) < 0)
+	layout(c, nstreams);
+	if ((memfd = memfd_create("dsock-channel", MFD_CLOEXEC | MFD_ALLOW_SEALING)) < 0)
 		return -errno;
-	if (ftruncate(memfd, (off_t)size) < 0 || (r = map(c, fd, memfd, size))) {
+	if (ftruncate(memfd, (off_t)c->size) < 0 || fcntl(memfd, F_ADD_SEALS, SEALS) < 0) {
 		r = -errno;
 		close(memfd);
-		return r ? r : -ENOMEM;
+		return r;
+	}
+	if ((r = map(c, fd, memfd))) {
+		close(memfd);
+		return r;
 	}
 	/* (a fresh memfd is zeros: every stream starts empty) */
 	c->sh->nstreams = nstreams;
-	c->sh->streams_off = streams_off;
-	c->sh->txring_off = txring_off;
-	c->sh->rings_off = rings_off;
-	c->sh->size = size;
-	if ((r = dsock_pmutex_init(&c->sh->rx_mu)) || (r = dsock_pmutex_init(&c->sh->tx_mu)) || (r = dsock_pmutex_init(&c->sh->rd_mu))) {
+	c->sh->streams_off = c->streams_off;
+	c->sh->txring_off = c->txring_off;
+	c->sh->rings_off = c->rings_off;
+	c->sh->size = c->size;
+	if ((r = dsock_pmutex_init(&c->sh->rx_mu)) || (r = dsock_pmutex_init(&c->sh->tx_mu)) ||
+	    (r = dsock_pmutex_init(&c->sh->rd_mu))) {
+		c->fd = -1; /* (the caller's still) */
 		ch_close(c);
 		return r;
 	}
@@ -101,29 +117,26 @@ int ch_attach(struct ch *c, int fd, int memfd)
 {
 	struct ch_shared h;
 	struct stat st;
-	int r;
 
 	if (fstat(memfd, &st) < 0)
 		return -errno;
-	if ((size_t)st.st_size < sizeof(h) || pread(memfd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
+	if ((size_t)st.st_size < sizeof(h) || pread(memfd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+	    fcntl(memfd, F_GET_SEALS) != SEALS)
 		return -EPROTO;
-	/* (the layout is recomputed, never taken from the file) */
-	uint64_t streams_off = align_up(sizeof(struct ch_shared), 64);
-	uint64_t txring_off = align_up(streams_off + (uint64_t)h.nstreams * sizeof(struct ch_stream), 4096);
-	uint64_t rings_off = txring_off + CH_TXRING, size = rings_off + (uint64_t)h.nstreams * CH_RING;
-	if (h.magic != CH_MAGIC || h.version != CH_VERSION || !h.nstreams || h.nstreams > CH_STREAMS_MAX ||
-	    h.streams_off != streams_off || h.txring_off != txring_off || h.rings_off != rings_off ||
-	    h.size != size || (uint64_t)st.st_size != size)
+	if (h.magic != CH_MAGIC || h.version != CH_VERSION || !h.nstreams || h.nstreams > CH_STREAMS_MAX)
 		return -EPROTO;
-	if ((r = map(c, fd, memfd, size)))
-		return r;
-	return 0;
+	/* (the layout is computed here, and the file must agree) */
+	layout(c, h.nstreams);
+	if (h.streams_off != c->streams_off || h.txring_off != c->txring_off || h.rings_off != c->rings_off ||
+	    h.size != c->size || (uint64_t)st.st_size != c->size)
+		return -EPROTO;
+	return map(c, fd, memfd);
 }
 
 void ch_close(struct ch *c)
 {
 	if (c->sh)
-		munmap(c->sh, c->sh->size);
+		munmap(c->sh, c->size);
 	c->sh = NULL;
 	if (c->fd >= 0)
 		dsock_real.close(c->fd);
@@ -134,9 +147,22 @@ void ch_close(struct ch *c)
 
 /* ---- frames out (tx_mu held) ---------------------------------------------- */
 
+uint64_t ch_tx_room(struct ch *c)
+{
+	uint64_t used = __atomic_load_n(&c->sh->tx_tail, __ATOMIC_RELAXED) -
+			__atomic_load_n(&c->sh->tx_head, __ATOMIC_RELAXED);
+
+	if (used > CH_TXRING) {
+		ch_kill(c, ECONNRESET); /* (a holder scribbled on the ring's counts) */
+		return 0;
+	}
+	return CH_TXRING - used;
+}
+
 void ch_tx_put(struct ch *c, const void *p, size_t n)
 {
-	uint64_t t = __atomic_load_n(&c->sh->tx_tail, __ATOMIC_RELAXED), at = t % CH_TXRING, first = CH_TXRING - at < n ? CH_TXRING - at : n;
+	uint64_t t = __atomic_load_n(&c->sh->tx_tail, __ATOMIC_RELAXED), at = t % CH_TXRING;
+	size_t first = CH_TXRING - at < n ? (size_t)(CH_TXRING - at) : n;
 
 	memcpy(ch_txring(c) + at, p, first);
 	memcpy(ch_txring(c), (const char *)p + first, n - first);
@@ -156,53 +182,133 @@ void ch_tx_frame(struct ch *c, unsigned st, unsigned type, uint64_t arg)
 	ch_tx_put(c, h, sizeof(h));
 }
 
-/* Writes what the socket takes of the frame ring: 0, or -errno (dead). */
-int ch_tx_flush(struct ch *c)
-{
-	for (;;) {
-		uint64_t h = __atomic_load_n(&c->sh->tx_head, __ATOMIC_RELAXED);
-		uint64_t n = __atomic_load_n(&c->sh->tx_tail, __ATOMIC_RELAXED) - h, at = h % CH_TXRING;
-		struct iovec v[2] = { { ch_txring(c) + at, CH_TXRING - at < n ? CH_TXRING - at : n },
-				      { ch_txring(c), 0 } };
-		struct msghdr m = { .msg_iov = v, .msg_iovlen = 2 };
-		ssize_t r;
-
-		if (!n)
-			return 0;
-		v[1].iov_len = n - v[0].iov_len;
-		r = dsock_real.sendmsg(c->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (r < 0) {
-			if (errno == EAGAIN || errno == EINTR)
-				return 0;
-			ch_kill(c, errno == EPIPE ? ECONNRESET : errno);
-			return -errno;
-		}
-		__atomic_store_n(&c->sh->tx_head, h + (uint64_t)r, __ATOMIC_RELEASE);
-	}
-}
-
-/* Tells the peer what the stream's reader consumed, when it is worth a
- * frame (a quarter ring, or the ring drained). */
-void ch_credit(struct ch *c, unsigned st)
+/* A CREDIT of the stream's consumption now. */
+static void credit_frame(struct ch *c, unsigned st)
 {
 	struct ch_stream *s = ch_stream_at(c, st);
 	uint64_t head = __atomic_load_n(&s->rx_head, __ATOMIC_ACQUIRE);
 
+	ch_tx_frame(c, st, CH_CREDIT, head);
+	/* (release: the pumper writes where the reader read only after it
+	 * has seen this) */
+	__atomic_store_n(&s->credited, head, __ATOMIC_RELEASE);
+}
+
+/* Frame type what of stream st now, or owed when the ring has no room. */
+static void control(struct ch *c, unsigned st, unsigned what)
+{
+	struct ch_stream *s = ch_stream_at(c, st);
+
+	if (!(s->owe & what) && ch_tx_room(c) >= CH_HDR) {
+		if (what == CH_OWE_CREDIT)
+			credit_frame(c, st);
+		else
+			ch_tx_frame(c, st, what == CH_OWE_EOF ? CH_EOF : CH_STOP,
+				    what == CH_OWE_EOF ? __atomic_load_n(&s->tx_sent, __ATOMIC_RELAXED) : 0);
+		return;
+	}
+	if (!s->owe)
+		c->sh->owing++;
+	s->owe |= what;
+}
+
+/* The owed control frames that fit now, in stream order. */
+static void pay(struct ch *c)
+{
+	for (unsigned st = 0; st < c->nstreams && c->sh->owing; st++) {
+		struct ch_stream *s = ch_stream_at(c, st);
+		unsigned owe = s->owe, n = __builtin_popcount(owe & 7);
+
+		if (!owe)
+			continue;
+		if (ch_tx_room(c) < (uint64_t)n * CH_HDR)
+			return;
+		if (owe & CH_OWE_CREDIT)
+			credit_frame(c, st);
+		if (owe & CH_OWE_EOF)
+			ch_tx_frame(c, st, CH_EOF, __atomic_load_n(&s->tx_sent, __ATOMIC_RELAXED));
+		if (owe & CH_OWE_STOP)
+			ch_tx_frame(c, st, CH_STOP, 0);
+		s->owe = 0;
+		c->sh->owing--;
+	}
+}
+
+int ch_tx_flush(struct ch *c)
+{
+	int moved = 0;
+
+	for (;;) {
+		uint64_t h = __atomic_load_n(&c->sh->tx_head, __ATOMIC_RELAXED), at = h % CH_TXRING;
+		uint64_t n = CH_TXRING - ch_tx_room(c);
+		struct iovec v[2] = { { ch_txring(c) + at, CH_TXRING - at < n ? CH_TXRING - at : n }, { ch_txring(c), 0 } };
+		struct msghdr m = { .msg_iov = v, .msg_iovlen = 2 };
+		ssize_t r;
+
+		if (!n) {
+			if (c->sh->owing) {
+				pay(c);
+				if (ch_tx_room(c) < CH_TXRING)
+					continue;
+			}
+			break;
+		}
+		v[1].iov_len = n - v[0].iov_len;
+		r = dsock_real.sendmsg(c->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (r < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				break;
+			ch_kill(c, errno == EPIPE ? ECONNRESET : errno);
+			return -errno;
+		}
+		__atomic_store_n(&c->sh->tx_head, h + (uint64_t)r, __ATOMIC_RELEASE);
+		moved = 1;
+		if (c->sh->owing)
+			pay(c);
+	}
+	if (moved)
+		ch_bump(c); /* (a sender that waits for room) */
+	return 0;
+}
+
+void ch_credit(struct ch *c, unsigned st)
+{
+	struct ch_stream *s = ch_stream_at(c, st);
+	uint64_t head = __atomic_load_n(&s->rx_head, __ATOMIC_ACQUIRE);
 	uint64_t told = __atomic_load_n(&s->credited, __ATOMIC_ACQUIRE);
 
-	if (head - told < CH_RING / 4 && head != __atomic_load_n(&s->rx_tail, __ATOMIC_ACQUIRE))
+	if (head == told || (head - told < CH_RING / 4 && head != __atomic_load_n(&s->rx_tail, __ATOMIC_ACQUIRE)))
 		return;
-	if (head == told || ch_lock(c, &c->sh->tx_mu, 0))
+	if (ch_lock(c, &c->sh->tx_mu, 0))
 		return;
-	head = __atomic_load_n(&s->rx_head, __ATOMIC_ACQUIRE);
-	if (head != __atomic_load_n(&s->credited, __ATOMIC_RELAXED) && ch_tx_room(c) >= CH_HDR) {
-		ch_tx_frame(c, st, CH_CREDIT, head);
-		/* (release: the pumper writes where the reader read only after
-		 * it has seen this) */
-		__atomic_store_n(&s->credited, head, __ATOMIC_RELEASE);
-		ch_tx_flush(c);
-	}
+	if (__atomic_load_n(&s->rx_head, __ATOMIC_ACQUIRE) != __atomic_load_n(&s->credited, __ATOMIC_RELAXED))
+		control(c, st, CH_OWE_CREDIT);
+	ch_tx_flush(c);
 	pthread_mutex_unlock(&c->sh->tx_mu);
+}
+
+int ch_shutdown(struct ch *c, unsigned st, int how)
+{
+	struct ch_stream *s;
+	int r;
+
+	if (st >= c->nstreams)
+		return -EINVAL;
+	s = ch_stream_at(c, st);
+	if ((r = ch_lock(c, &c->sh->tx_mu, 0)))
+		return r;
+	if ((how == SHUT_WR || how == SHUT_RDWR) && !__atomic_load_n(&s->tx_eof, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&s->tx_eof, 1, __ATOMIC_RELEASE);
+		control(c, st, CH_OWE_EOF);
+	}
+	if ((how == SHUT_RD || how == SHUT_RDWR) && !__atomic_load_n(&s->rx_stopped, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&s->rx_stopped, 1, __ATOMIC_RELEASE);
+		control(c, st, CH_OWE_STOP);
+	}
+	ch_tx_flush(c);
+	pthread_mutex_unlock(&c->sh->tx_mu);
+	ch_bump(c); /* (a reader that waits sees its end) */
+	return 0;
 }
 
 /* ---- the reader (rx_mu held) ---------------------------------------------- */
@@ -223,14 +329,16 @@ static int on_header(struct ch *c)
 	type = le16toh(type);
 	arg = le64toh(arg);
 	sh->hdr_len = 0;
-	if (st >= sh->nstreams)
+	if (st >= c->nstreams)
 		return -EPROTO;
 	s = ch_stream_at(c, st);
 	switch (type) {
 	case CH_DATA: {
+		/* (credited + CH_RING - tail cannot wrap: filing keeps tail
+		 * within it) */
 		uint64_t tail = __atomic_load_n(&s->rx_tail, __ATOMIC_RELAXED);
-		if (!arg || __atomic_load_n(&s->rx_eof, __ATOMIC_RELAXED) ||
-		    tail + arg > __atomic_load_n(&s->credited, __ATOMIC_ACQUIRE) + CH_RING)
+		uint64_t room = __atomic_load_n(&s->credited, __ATOMIC_ACQUIRE) + CH_RING - tail;
+		if (!arg || __atomic_load_n(&s->rx_eof, __ATOMIC_RELAXED) || room > CH_RING || arg > room)
 			return -EPROTO;
 		sh->cur = st;
 		sh->cur_left = arg;
@@ -243,7 +351,7 @@ static int on_header(struct ch *c)
 		__atomic_store_n(&s->tx_acked, arg, __ATOMIC_RELEASE);
 		return 0;
 	case CH_EOF:
-		if (arg != __atomic_load_n(&s->rx_tail, __ATOMIC_RELAXED))
+		if (arg != __atomic_load_n(&s->rx_tail, __ATOMIC_RELAXED) || __atomic_load_n(&s->rx_eof, __ATOMIC_RELAXED))
 			return -EPROTO;
 		__atomic_store_n(&s->rx_eof, 1, __ATOMIC_RELEASE);
 		return 0;
@@ -254,17 +362,16 @@ static int on_header(struct ch *c)
 	return -EPROTO;
 }
 
-/* Files n bytes of the current DATA frame. */
+/* Files n bytes of the current DATA frame (n <= READ_BUF <= CH_RING).  A
+ * stream whose reader stopped keeps only its count: its readers take
+ * nothing more (ch_recv), and the bytes are dropped. */
 static void file_data(struct ch *c, const unsigned char *p, size_t n)
 {
 	struct ch_stream *s = ch_stream_at(c, c->sh->cur);
 	uint64_t t = __atomic_load_n(&s->rx_tail, __ATOMIC_RELAXED), at = t % CH_RING;
-	size_t first = CH_RING - at < n ? CH_RING - at : n;
+	size_t first = CH_RING - at < n ? (size_t)(CH_RING - at) : n;
 
-	if (__atomic_load_n(&s->rx_stopped, __ATOMIC_ACQUIRE)) {
-		/* (read no more: dropped, and the ring stays empty) */
-		__atomic_store_n(&s->rx_head, t + n, __ATOMIC_RELEASE);
-	} else {
+	if (!__atomic_load_n(&s->rx_stopped, __ATOMIC_ACQUIRE)) {
 		memcpy(ch_ring(c, c->sh->cur) + at, p, first);
 		memcpy(ch_ring(c, c->sh->cur), p + first, n - first);
 	}
@@ -272,67 +379,56 @@ static void file_data(struct ch *c, const unsigned char *p, size_t n)
 	c->sh->cur_left -= n;
 }
 
-/* Reads what the socket has, without waiting, and files it: the bytes
- * read (0: none), or -errno once the channel is dead or at its EOF. */
 ssize_t ch_pump_locked(struct ch *c)
 {
 	struct ch_shared *sh = c->sh;
-	unsigned char buf[65536];
-	ssize_t r, total = 0;
+	unsigned char buf[READ_BUF];
+	ssize_t r = 0, total = 0;
+	int dead;
 
-	if (__atomic_load_n(&sh->dead, __ATOMIC_ACQUIRE))
-		return -__atomic_load_n(&sh->dead, __ATOMIC_ACQUIRE);
+	if ((dead = __atomic_load_n(&sh->dead, __ATOMIC_ACQUIRE)))
+		return -dead;
 	if (__atomic_load_n(&sh->eof, __ATOMIC_ACQUIRE))
 		return -EPIPE;
-	while ((r = dsock_real.recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
-		size_t i = 0;
+	/* (the parser's place, as any holder left it) */
+	if (sh->hdr_len >= CH_HDR || (sh->cur_left && (sh->cur >= c->nstreams || sh->cur_left > CH_RING))) {
+		ch_kill(c, ECONNRESET);
+		return -ECONNRESET;
+	}
+	for (int reads = 0; reads < READS_MAX; reads++) {
+		if ((r = dsock_real.recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT)) <= 0)
+			break;
 		total += r;
-		while (i < (size_t)r) {
+		for (size_t i = 0; i < (size_t)r;) {
+			size_t n;
 			if (sh->cur_left) {
-				size_t n = (size_t)r - i < sh->cur_left ? (size_t)r - i : (size_t)sh->cur_left;
+				n = (size_t)r - i < sh->cur_left ? (size_t)r - i : (size_t)sh->cur_left;
 				file_data(c, buf + i, n);
 				i += n;
 				continue;
 			}
-			size_t n = CH_HDR - sh->hdr_len < (size_t)r - i ? CH_HDR - sh->hdr_len : (size_t)r - i;
+			n = CH_HDR - sh->hdr_len < (size_t)r - i ? CH_HDR - sh->hdr_len : (size_t)r - i;
 			memcpy(sh->hdr + sh->hdr_len, buf + i, n);
 			sh->hdr_len += (uint32_t)n;
 			i += n;
 			if (sh->hdr_len == CH_HDR && on_header(c)) {
 				ch_kill(c, ECONNRESET);
-				ch_bump(c);
 				return -ECONNRESET;
 			}
 		}
 		if ((size_t)r < sizeof(buf))
 			break;
 	}
-	if (r == 0) {
+	if (r == 0 && !total) {
 		/* the peer's end is gone: a frame cut short is a fault */
 		if (sh->cur_left || sh->hdr_len)
 			ch_kill(c, ECONNRESET);
 		__atomic_store_n(&sh->eof, 1, __ATOMIC_RELEASE);
+		ch_bump(c);
 	} else if (r < 0 && errno != EAGAIN && errno != EINTR) {
 		ch_kill(c, errno);
 	}
-	if (total || r >= 0 || (errno != EAGAIN && errno != EINTR))
+	if (total)
 		ch_bump(c);
 	return total;
 }
-
-int ch_progress(struct ch *c)
-{
-	int dead;
-
-	if (ch_lock(c, &c->sh->rx_mu, 1) == 0) {
-		ch_pump_locked(c);
-		pthread_mutex_unlock(&c->sh->rx_mu);
-	}
-	if (ch_tx_pending(c) && ch_lock(c, &c->sh->tx_mu, 1) == 0) {
-		ch_tx_flush(c);
-		pthread_mutex_unlock(&c->sh->tx_mu);
-	}
-	dead = __atomic_load_n(&c->sh->dead, __ATOMIC_ACQUIRE);
-	return dead ? -dead : 0;
-}
-

@@ -36,6 +36,11 @@
  * pumper (asleep in poll on the socket) or asleep on the futex `seq`,
  * which every filing and every pumper's leaving bumps.
  *
+ * Every value read from the state is checked before it is used as a
+ * size or a place (a holder is one of our processes, but a corrupt one
+ * must not make another write outside the state): one out of bounds
+ * kills the channel.  The memfd is sealed against resizing.
+ *
  * Streams are numbered by whoever pairs them (both ends use one number)
  * and start empty: a stream's first frame may arrive before its receiver
  * knows of it.  A number is not used twice on one channel.
@@ -68,9 +73,14 @@ struct ch_stream {
 	/* output (tx_mu) */
 	uint64_t tx_sent;    /* bytes framed */
 	uint64_t tx_acked;   /* the peer's latest CREDIT */
-	uint32_t tx_eof;     /* we sent EOF */
+	uint32_t tx_eof;     /* we sent EOF (or owe it) */
 	uint32_t tx_stopped; /* the peer's STOP is filed */
+	uint32_t owe;        /* control frames owed, CH_OWE_* (tx_mu) */
 };
+
+/* Control frames that found no room in the frame ring: owed, and written
+ * by whoever next makes room (a stream owes at most one of each). */
+enum { CH_OWE_CREDIT = 1, CH_OWE_EOF = 2, CH_OWE_STOP = 4 };
 
 struct ch_shared {
 	uint64_t magic;
@@ -84,6 +94,7 @@ struct ch_shared {
 	uint64_t cur_left;    /* DATA bytes of it still to come */
 	/* frames not yet written (tx_mu) */
 	uint64_t tx_head, tx_tail;
+	uint32_t owing;   /* streams that owe control frames (tx_mu) */
 	uint32_t seq;     /* futex: something was filed, or a pumper left */
 	uint32_t waiters; /* asleep on seq */
 	int32_t dead;     /* 0, or the errno every stream now reports */
@@ -94,6 +105,10 @@ struct ch {
 	struct ch_shared *sh;
 	int fd;    /* the channel's socket */
 	int memfd; /* its state (for a fork's child, an exec) */
+	/* the layout, kept privately: never read again from shared memory,
+	 * which any holder may scribble on */
+	unsigned nstreams;
+	uint64_t streams_off, rings_off, txring_off, size;
 };
 
 /* A new channel over socket fd with room for nstreams streams: maps a

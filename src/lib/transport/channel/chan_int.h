@@ -5,27 +5,25 @@
 
 #include "lib/transport/channel/chan.h"
 
+/* (st < c->nstreams: the callers check) */
 static inline struct ch_stream *ch_stream_at(const struct ch *c, unsigned st)
 {
-	return (struct ch_stream *)((char *)c->sh + c->sh->streams_off) + st;
+	return (struct ch_stream *)((char *)c->sh + c->streams_off) + st;
 }
 
 static inline unsigned char *ch_ring(const struct ch *c, unsigned st)
 {
-	return (unsigned char *)c->sh + c->sh->rings_off + (uint64_t)st * CH_RING;
+	return (unsigned char *)c->sh + c->rings_off + (uint64_t)st * CH_RING;
 }
 
 static inline unsigned char *ch_txring(const struct ch *c)
 {
-	return (unsigned char *)c->sh + c->sh->txring_off;
+	return (unsigned char *)c->sh + c->txring_off;
 }
 
-/* Bytes free in the frame ring (tx_mu held). */
-static inline uint64_t ch_tx_room(const struct ch *c)
-{
-	return CH_TXRING - (__atomic_load_n(&c->sh->tx_tail, __ATOMIC_RELAXED) -
-			    __atomic_load_n(&c->sh->tx_head, __ATOMIC_RELAXED));
-}
+/* Bytes free in the frame ring (tx_mu held); counts out of bounds kill
+ * the channel, and there is no room then. */
+uint64_t ch_tx_room(struct ch *c);
 
 /* The channel dies with err (the first death stays). */
 void ch_kill(struct ch *c, int err);
@@ -36,7 +34,8 @@ int ch_lock(struct ch *c, pthread_mutex_t *m, int try);
 /* Something happened: wakes the futex's sleepers. */
 void ch_bump(struct ch *c);
 /* Frames out (tx_mu held): n bytes, or a header; ch_tx_flush writes what
- * the socket takes (0, or -errno: dead). */
+ * the socket takes, and the control frames owed as room comes (0, or
+ * -errno: dead). */
 void ch_tx_put(struct ch *c, const void *p, size_t n);
 void ch_tx_frame(struct ch *c, unsigned st, unsigned type, uint64_t arg);
 int ch_tx_flush(struct ch *c);

@@ -11,42 +11,94 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define WAIT_SLICE_NS 50000000 /* a waiter looks again this often (a pumper that died) */
+/* A waiter looks again this often: a pumper that died is replaced, and
+ * frames queued while the pumper slept without asking for room go out. */
+#define WAIT_SLICE_NS 50000000
+
+int ch_tx_pending(const struct ch *c)
+{
+	return __atomic_load_n(&c->sh->tx_tail, __ATOMIC_ACQUIRE) != __atomic_load_n(&c->sh->tx_head, __ATOMIC_ACQUIRE) ||
+	       __atomic_load_n(&c->sh->owing, __ATOMIC_RELAXED);
+}
+
+/* Leaves the pumper's place (rx_mu held): a waiter on the futex may
+ * read the socket now. */
+static void leave(struct ch *c)
+{
+	pthread_mutex_unlock(&c->sh->rx_mu);
+	ch_bump(c);
+}
+
+static void flush(struct ch *c)
+{
+	if (ch_tx_pending(c) && ch_lock(c, &c->sh->tx_mu, 1) == 0) {
+		ch_tx_flush(c);
+		pthread_mutex_unlock(&c->sh->tx_mu);
+	}
+}
+
+int ch_progress(struct ch *c)
+{
+	int dead;
+
+	if (ch_lock(c, &c->sh->rx_mu, 1) == 0) {
+		ch_pump_locked(c);
+		leave(c);
+	}
+	flush(c);
+	dead = __atomic_load_n(&c->sh->dead, __ATOMIC_ACQUIRE);
+	return dead ? -dead : 0;
+}
+
+/* ms for poll: at most slice ns, and no further than the deadline. */
+static int poll_ms(int64_t deadline, int64_t slice)
+{
+	int64_t left = deadline == INT64_MAX ? slice : deadline - dsock_mono_ns();
+
+	if (slice >= 0 && (left < 0 || left > slice))
+		left = slice;
+	if (left < 0)
+		return -1;
+	return (int)((left + 999999) / 1000000);
+}
 
 /* Waits for something to happen on the channel after the caller saw seq0
- * (a filing, a credit, room in the socket, a pumper's leaving): as the
- * pumper, asleep in poll on the socket, or on the futex.  0, -EINTR, or
- * -EAGAIN past the deadline. */
+ * (a filing, a credit, room, a pumper's leaving, its end): as the pumper,
+ * asleep in poll on the socket (for room too while frames wait to go
+ * out), or on the futex.  The caller has checked for the channel's end
+ * and death.  0, -EINTR, or -EAGAIN past the deadline. */
 static int ch_wait(struct ch *c, uint32_t seq0, int64_t deadline)
 {
 	struct ch_shared *sh = c->sh;
-	int64_t now = dsock_mono_ns(), left = deadline == INT64_MAX ? -1 : deadline - now;
 
-	if (deadline != INT64_MAX && left <= 0)
+	if (deadline != INT64_MAX && deadline <= dsock_mono_ns())
 		return -EAGAIN;
 	if (ch_lock(c, &sh->rx_mu, 1) == 0) {
 		int r = 0;
-		if (ch_pump_locked(c) == 0 && __atomic_load_n(&sh->seq, __ATOMIC_SEQ_CST) == seq0 &&
-		    !__atomic_load_n(&sh->eof, __ATOMIC_ACQUIRE) && !__atomic_load_n(&sh->dead, __ATOMIC_ACQUIRE)) {
+		if (ch_pump_locked(c) == 0 && __atomic_load_n(&sh->seq, __ATOMIC_SEQ_CST) == seq0) {
 			struct pollfd p = { .fd = c->fd, .events = POLLIN };
-			if (ch_tx_pending(c))
+			int out = ch_tx_pending(c);
+			if (out)
 				p.events |= POLLOUT;
-			int ms = left < 0 ? -1 : (int)((left + 999999) / 1000000);
-			if (dsock_real.poll(&p, 1, ms) < 0 && errno == EINTR)
+			/* (frames queued after this look are the queuer's to
+			 * write: see tx_drain; an idle pumper sleeps for ever) */
+			if (dsock_real.poll(&p, 1, poll_ms(deadline, out ? WAIT_SLICE_NS : -1)) < 0 && errno == EINTR)
 				r = -EINTR;
 			ch_pump_locked(c);
-			if ((p.revents & POLLOUT) && ch_lock(c, &sh->tx_mu, 0) == 0) {
-				ch_tx_flush(c);
-				pthread_mutex_unlock(&sh->tx_mu);
-			}
 		}
-		pthread_mutex_unlock(&sh->rx_mu);
-		ch_bump(c); /* (a waiter on the futex may read the socket now) */
+		leave(c);
+		flush(c);
 		return r;
 	}
-	struct timespec ts = { 0, WAIT_SLICE_NS };
-	if (left >= 0 && left < WAIT_SLICE_NS)
-		ts.tv_nsec = left;
+	if (ch_tx_pending(c)) {
+		/* frames wait and the pumper may not be asking for room */
+		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
+		int r = dsock_real.poll(&p, 1, poll_ms(deadline, 5000000));
+		flush(c);
+		return r < 0 && errno == EINTR ? -EINTR : 0;
+	}
+	int64_t left = deadline == INT64_MAX ? WAIT_SLICE_NS : deadline - dsock_mono_ns();
+	struct timespec ts = { 0, left > 0 && left < WAIT_SLICE_NS ? left : WAIT_SLICE_NS };
 	__atomic_add_fetch(&sh->waiters, 1, __ATOMIC_SEQ_CST);
 	long r = dsock_sys(SYS_futex, &sh->seq, FUTEX_WAIT, seq0, &ts, NULL, 0);
 	int e = errno;
@@ -54,42 +106,25 @@ static int ch_wait(struct ch *c, uint32_t seq0, int64_t deadline)
 	return r < 0 && e == EINTR ? -EINTR : 0;
 }
 
+static int ended(const struct ch *c)
+{
+	return __atomic_load_n(&c->sh->dead, __ATOMIC_ACQUIRE) || __atomic_load_n(&c->sh->eof, __ATOMIC_ACQUIRE);
+}
+
 /* Until the frame ring is written up to byte end (a blocking send's own
- * frame), the channel dies or the deadline passes; a signal ends it too
+ * frame), the channel ends or the deadline passes; a signal ends it too
  * (the frame stays queued: the send has happened). */
 static void tx_drain(struct ch *c, uint64_t end, int64_t deadline)
 {
-	struct ch_shared *sh = c->sh;
+	while ((int64_t)(end - __atomic_load_n(&c->sh->tx_head, __ATOMIC_ACQUIRE)) > 0 && !ended(c)) {
+		uint32_t seq0 = __atomic_load_n(&c->sh->seq, __ATOMIC_SEQ_CST);
 
-	while ((int64_t)(end - __atomic_load_n(&sh->tx_head, __ATOMIC_ACQUIRE)) > 0 &&
-	       !__atomic_load_n(&sh->dead, __ATOMIC_ACQUIRE)) {
-		uint32_t seq0 = __atomic_load_n(&sh->seq, __ATOMIC_SEQ_CST);
-		int64_t left = deadline == INT64_MAX ? WAIT_SLICE_NS : deadline - dsock_mono_ns();
-		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
-
-		if (left <= 0)
+		flush(c);
+		if ((int64_t)(end - __atomic_load_n(&c->sh->tx_head, __ATOMIC_ACQUIRE)) <= 0)
 			return;
-		if (ch_lock(c, &sh->rx_mu, 1) == 0) {
-			/* (as the pumper: it reads while it waits for room) */
-			pthread_mutex_unlock(&sh->rx_mu);
-			if (ch_wait(c, seq0, deadline) == -EINTR)
-				return;
-			continue;
-		}
-		/* a pumper reads meanwhile, so room comes */
-		if (dsock_real.poll(&p, 1, (int)((left < WAIT_SLICE_NS ? left : WAIT_SLICE_NS) / 1000000) + 1) < 0 &&
-		    errno == EINTR)
+		if (ch_wait(c, seq0, deadline))
 			return;
-		if (ch_lock(c, &sh->tx_mu, 0) == 0) {
-			ch_tx_flush(c);
-			pthread_mutex_unlock(&sh->tx_mu);
-		}
 	}
-}
-
-int ch_tx_pending(const struct ch *c)
-{
-	return __atomic_load_n(&c->sh->tx_tail, __ATOMIC_ACQUIRE) != __atomic_load_n(&c->sh->tx_head, __ATOMIC_ACQUIRE);
 }
 
 /* ---- streams --------------------------------------------------------------- */
@@ -132,7 +167,7 @@ ssize_t ch_recv(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 	struct ch_stream *s;
 	size_t want = iov_total(iov, n), done = 0;
 
-	if (st >= c->sh->nstreams)
+	if (st >= c->nstreams)
 		return -EINVAL;
 	s = ch_stream_at(c, st);
 	for (;;) {
@@ -142,17 +177,27 @@ ssize_t ch_recv(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 		ch_progress(c);
 		if ((r = ch_lock(c, &c->sh->rd_mu, 0)))
 			return done ? (ssize_t)done : r;
-		/* (the EOF before the tail: a tail read after it holds all) */
-		int eof = __atomic_load_n(&s->rx_eof, __ATOMIC_ACQUIRE);
-		uint64_t head = __atomic_load_n(&s->rx_head, __ATOMIC_RELAXED), from = head + (peek ? done : 0);
+		/* (the ends before the tail: a tail read after them holds all
+		 * that came before them) */
+		int stopped = __atomic_load_n(&s->rx_stopped, __ATOMIC_ACQUIRE);
+		int eof = __atomic_load_n(&s->rx_eof, __ATOMIC_ACQUIRE) || __atomic_load_n(&c->sh->eof, __ATOMIC_ACQUIRE);
+		uint64_t head = __atomic_load_n(&s->rx_head, __ATOMIC_ACQUIRE), from = head + (peek ? done : 0);
 		uint64_t have = __atomic_load_n(&s->rx_tail, __ATOMIC_ACQUIRE) - from;
-		size_t k = have < want - done ? (size_t)have : want - done;
-		if (k && !(flags & MSG_TRUNC))
-			ring_out(c, st, from, iov, n, done, k);
-		if (k && !peek)
-			__atomic_store_n(&s->rx_head, head + k, __ATOMIC_RELEASE);
-		done += k;
-		end = eof && have == k;
+		size_t k = 0;
+		if (have > CH_RING) { /* (a holder scribbled on the counts) */
+			pthread_mutex_unlock(&c->sh->rd_mu);
+			ch_kill(c, ECONNRESET);
+			return done ? (ssize_t)done : -ECONNRESET;
+		}
+		if (!stopped) {
+			k = have < want - done ? (size_t)have : want - done;
+			if (k && !(flags & MSG_TRUNC))
+				ring_out(c, st, from, iov, n, done, k);
+			if (k && !peek)
+				__atomic_store_n(&s->rx_head, head + k, __ATOMIC_RELEASE);
+			done += k;
+		}
+		end = stopped || (eof && have == k);
 		pthread_mutex_unlock(&c->sh->rd_mu);
 		if (k && !peek)
 			ch_credit(c, st);
@@ -161,8 +206,6 @@ ssize_t ch_recv(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 		int dead = __atomic_load_n(&c->sh->dead, __ATOMIC_ACQUIRE);
 		if (dead)
 			return done ? (ssize_t)done : -dead;
-		if (__atomic_load_n(&c->sh->eof, __ATOMIC_ACQUIRE) && !ch_readable(c, st))
-			return (ssize_t)done; /* the peer's whole end is gone: EOF */
 		if (flags & MSG_DONTWAIT)
 			return done ? (ssize_t)done : -EAGAIN;
 		if ((r = ch_wait(c, seq0, deadline)))
@@ -175,7 +218,7 @@ ssize_t ch_send(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 	struct ch_stream *s;
 	size_t want = iov_total(iov, n);
 
-	if (st >= c->sh->nstreams)
+	if (st >= c->nstreams)
 		return -EINVAL;
 	if (!want)
 		return 0; /* (a DATA frame is never empty) */
@@ -186,13 +229,19 @@ ssize_t ch_send(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 
 		if (dead)
 			return -dead;
-		if (__atomic_load_n(&s->tx_stopped, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->tx_eof, __ATOMIC_ACQUIRE) ||
-		    __atomic_load_n(&c->sh->eof, __ATOMIC_ACQUIRE))
-			return -EPIPE;
 		if ((r = ch_lock(c, &c->sh->tx_mu, 0)))
 			return r;
-		uint64_t sent = __atomic_load_n(&s->tx_sent, __ATOMIC_RELAXED), cred = CH_RING - (sent - __atomic_load_n(&s->tx_acked, __ATOMIC_ACQUIRE));
+		/* (under tx_mu: no DATA after our EOF) */
+		if (__atomic_load_n(&s->tx_stopped, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->tx_eof, __ATOMIC_ACQUIRE) ||
+		    __atomic_load_n(&c->sh->eof, __ATOMIC_ACQUIRE)) {
+			pthread_mutex_unlock(&c->sh->tx_mu);
+			return -EPIPE;
+		}
+		uint64_t sent = __atomic_load_n(&s->tx_sent, __ATOMIC_RELAXED);
+		uint64_t cred = CH_RING - (sent - __atomic_load_n(&s->tx_acked, __ATOMIC_ACQUIRE));
 		uint64_t room = ch_tx_room(c), k = want < cred ? want : cred;
+		if (cred > CH_RING)
+			k = 0; /* (counts out of bounds: only a holder's scribbling) */
 		if (room <= CH_HDR)
 			k = 0;
 		else if (k > room - CH_HDR)
@@ -221,37 +270,18 @@ ssize_t ch_send(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 	}
 }
 
-int ch_shutdown(struct ch *c, unsigned st, int how)
-{
-	struct ch_stream *s;
-	int r;
-
-	if (st >= c->sh->nstreams)
-		return -EINVAL;
-	s = ch_stream_at(c, st);
-	if ((r = ch_lock(c, &c->sh->tx_mu, 0)))
-		return r;
-	/* (control frames fit: the ring keeps room for them, see ch_send) */
-	if ((how == SHUT_WR || how == SHUT_RDWR) && !__atomic_load_n(&s->tx_eof, __ATOMIC_RELAXED) &&
-	    ch_tx_room(c) >= CH_HDR) {
-		ch_tx_frame(c, st, CH_EOF, __atomic_load_n(&s->tx_sent, __ATOMIC_RELAXED));
-		__atomic_store_n(&s->tx_eof, 1, __ATOMIC_RELEASE);
-	}
-	if ((how == SHUT_RD || how == SHUT_RDWR) && !__atomic_load_n(&s->rx_stopped, __ATOMIC_RELAXED) &&
-	    ch_tx_room(c) >= CH_HDR) {
-		ch_tx_frame(c, st, CH_STOP, 0);
-		__atomic_store_n(&s->rx_stopped, 1, __ATOMIC_RELEASE);
-	}
-	ch_tx_flush(c);
-	pthread_mutex_unlock(&c->sh->tx_mu);
-	return 0;
-}
-
 size_t ch_readable(struct ch *c, unsigned st)
 {
-	struct ch_stream *s = ch_stream_at(c, st);
+	struct ch_stream *s;
+	uint64_t head, tail;
 
-	return (size_t)(__atomic_load_n(&s->rx_tail, __ATOMIC_ACQUIRE) - __atomic_load_n(&s->rx_head, __ATOMIC_ACQUIRE));
+	if (st >= c->nstreams)
+		return 0;
+	s = ch_stream_at(c, st);
+	/* (head first: a tail read after it is never behind it) */
+	head = __atomic_load_n(&s->rx_head, __ATOMIC_ACQUIRE);
+	tail = __atomic_load_n(&s->rx_tail, __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&s->rx_stopped, __ATOMIC_ACQUIRE) || tail - head > CH_RING ? 0 : (size_t)(tail - head);
 }
 
 short ch_poll(struct ch *c, unsigned st, short events)
@@ -259,12 +289,12 @@ short ch_poll(struct ch *c, unsigned st, short events)
 	struct ch_stream *s;
 	short rev = 0;
 
-	if (st >= c->sh->nstreams)
+	if (st >= c->nstreams)
 		return POLLNVAL;
 	s = ch_stream_at(c, st);
 	ch_progress(c);
 	int dead = __atomic_load_n(&c->sh->dead, __ATOMIC_ACQUIRE), eof = __atomic_load_n(&c->sh->eof, __ATOMIC_ACQUIRE);
-	int in_end = eof || __atomic_load_n(&s->rx_eof, __ATOMIC_ACQUIRE);
+	int in_end = eof || __atomic_load_n(&s->rx_eof, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->rx_stopped, __ATOMIC_ACQUIRE);
 	if (ch_readable(c, st) || in_end || dead)
 		rev |= POLLIN;
 	if (in_end)
@@ -276,7 +306,9 @@ short ch_poll(struct ch *c, unsigned st, short events)
 		rev |= POLLHUP;
 	uint64_t cred = CH_RING - (__atomic_load_n(&s->tx_sent, __ATOMIC_ACQUIRE) -
 				   __atomic_load_n(&s->tx_acked, __ATOMIC_ACQUIRE));
-	if ((cred && ch_tx_room(c) > CH_HDR) || dead || eof || __atomic_load_n(&s->tx_stopped, __ATOMIC_ACQUIRE))
+	uint64_t used = __atomic_load_n(&c->sh->tx_tail, __ATOMIC_ACQUIRE) - __atomic_load_n(&c->sh->tx_head, __ATOMIC_ACQUIRE);
+	if ((cred && cred <= CH_RING && used + CH_HDR < CH_TXRING) || dead || eof ||
+	    __atomic_load_n(&s->tx_stopped, __ATOMIC_ACQUIRE))
 		rev |= POLLOUT;
 	return rev & (events | POLLERR | POLLHUP | POLLNVAL);
 }
