@@ -18,6 +18,8 @@ import os, subprocess, time
 
 from harness import DSOCK, ENV, run
 
+DSOCKD = os.path.join(os.path.dirname(DSOCK), "dsockd")
+
 HOST = "dsockBh"
 ROLES = ("client", "server", "front", "app", "db")
 
@@ -57,15 +59,39 @@ KEPT = KeptOnKernel()
 class Hosts(Place):
     """Each role in a namespace of its own on the bridge, as across(), but
     as on hosts of their own: each with a daemon of its own (its own
-    control socket, no proof by BPF), so no connection between them is
-    paired; what dsock gives there today is the spin on kernel sockets."""
+    control socket, host key and allow-list of the others, reading the
+    suite's proving daemon's records), so the daemons prove a connection
+    between two hosts over their links, as deployed hosts' daemons do; no
+    transport carries it yet, so what dsock gives there is the spin on
+    kernel sockets."""
 
     def __init__(self):
         super().__init__(spaces=True)
+        self.started = set()
+
+    def env(self, role):
+        d = os.path.dirname(host_socket(role))
+        return ["DSOCK_SOCKET=" + host_socket(role), "DSOCK_BPF_PROOF=1", "DSOCK_HOST_KEY=" + d + "/host.key",
+                "DSOCK_HOSTS_ALLOW=" + d + "/allow"]
+
+    def start(self):
+        """Keys, allow-lists and the daemons, once the suite's proving
+        daemon runs (each host's reads its records): through nsenter,
+        since `ip netns exec` hides the cgroup mount."""
+        fps = {}
+        for role in ROLES:
+            os.makedirs(os.path.dirname(host_socket(role)), mode=0o755, exist_ok=True)
+            fps[role] = subprocess.run(["env", *self.env(role), DSOCKD, "--fingerprint"], capture_output=True,
+                                       text=True, check=True).stdout.strip()
+        for role in ROLES:
+            with open(os.path.join(os.path.dirname(host_socket(role)), "allow"), "w") as f:
+                f.writelines(f"{fps[o]} {o}\n" for o in ROLES if o != role)
+        for role in ROLES:
+            subprocess.run(["nsenter", "--net=/run/netns/" + ns(role), "env", *self.env(role), DSOCK, "run", "--",
+                            "true"], env=ENV, capture_output=True, check=True)
 
     def pre(self, role):
-        os.makedirs(os.path.dirname(host_socket(role)), mode=0o755, exist_ok=True)
-        return super().pre(role) + ["env", "DSOCK_SOCKET=" + host_socket(role), "DSOCK_BPF_PROOF=0"]
+        return super().pre(role) + ["env", *self.env(role)]
 
 
 def host_socket(role):

@@ -152,6 +152,8 @@ if any(wanted(a[0]) for a in ACROSS) or wanted(PLAIN_COST):
         try:
             at = dict(zip("bd", places.build()), h=places.Hosts())
             why = places.proving_daemon()
+            if not why and any(wanted(a[0]) for a in ACROSS if a[3] == "h"):
+                at["h"].start()
             if why:
                 print(f"across namespaces: skipped (the daemon did not attach its programs: {why})", file=sys.stderr)
             else:
