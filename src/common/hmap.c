@@ -32,12 +32,14 @@ static size_t find(const struct dsock_hmap *m, uint64_t key)
 			return i;
 }
 
-/* key's slot, or -1 when absent. */
+/* key's slot, or -1 when absent.  The two reserved keys are never
+ * present: a caller's key that is one (an unhashed value from outside)
+ * must not find an empty or a dead slot. */
 static long slot_of(const struct dsock_hmap *m, uint64_t key)
 {
 	size_t i;
 
-	if (!m->cap)
+	if (!m->cap || key == EMPTY || key == DEAD)
 		return -1;
 	i = find(m, key);
 	return m->keys[i] == key ? (long)i : -1;
@@ -84,6 +86,8 @@ int dsock_hmap_put(struct dsock_hmap *m, uint64_t key, uint64_t val)
 {
 	size_t i, mask;
 
+	if (key == EMPTY || key == DEAD)
+		return -EINVAL;
 	if ((m->used + m->dead + 1) * 4 > m->cap * 3 && grow(m))
 		return -ENOMEM;
 	i = find(m, key);

@@ -297,7 +297,10 @@ static int pump(struct link *l)
 			}
 			if (l->nin - at < 4 + len)
 				break;
-			if (on_msg(l, type, l->in + at + 4))
+			/* (a message's handling may end the link: an answer
+			 * it writes can fail it) */
+			uint64_t gen = l->gen;
+			if (on_msg(l, type, l->in + at + 4) || l->gen != gen)
 				return -1;
 			at += 4 + len;
 		}
@@ -546,18 +549,20 @@ int64_t dd_hosts_claim(const struct dsock_addr *addr, const struct dd_claim *c)
 	return l->gen ? (int64_t)l->gen : -DSOCK_R_HOST_UNREACHABLE;
 }
 
-/* Sends an ANSWER or CONFIRM over link gen (gone: nothing). */
-static void send_word(uint64_t gen, uint16_t type, uint64_t id, unsigned result, unsigned reason)
+/* Sends an ANSWER or CONFIRM over link gen: 1 if it is queued or written
+ * and the link lives on, 0 otherwise (gone, full, failed). */
+static int send_word(uint64_t gen, uint16_t type, uint64_t id, unsigned result, unsigned reason)
 {
 	struct hl_answer a = { htole64(id), htole32(result), htole32(reason) };
 
 	for (int i = 0; i < LINKS_MAX; i++)
 		if (links[i].gen == gen && links[i].state == L_UP) {
-			if (queue(&links[i], type, &a, sizeof(a)) == 0)
-				(*(type == HL_ANSWER ? &links[i].answers_out : &links[i].confirms_out))++;
-			flush(&links[i]);
-			return;
+			if (queue(&links[i], type, &a, sizeof(a)))
+				return 0;
+			(*(type == HL_ANSWER ? &links[i].answers_out : &links[i].confirms_out))++;
+			return flush(&links[i]) == 0 && links[i].gen == gen;
 		}
+	return 0;
 }
 
 void dd_hosts_answer(uint64_t gen, uint64_t id, unsigned result, unsigned reason)
@@ -565,9 +570,9 @@ void dd_hosts_answer(uint64_t gen, uint64_t id, unsigned result, unsigned reason
 	send_word(gen, HL_ANSWER, id, result, reason);
 }
 
-void dd_hosts_confirm(uint64_t gen, uint64_t id, unsigned result)
+int dd_hosts_confirm(uint64_t gen, uint64_t id, unsigned result)
 {
-	send_word(gen, HL_CONFIRM, id, result, 0);
+	return send_word(gen, HL_CONFIRM, id, result, 0);
 }
 
 int dd_hosts_stat(int (*line)(int fd, const char *text), int fd)
@@ -751,9 +756,10 @@ void dd_hosts_answer(uint64_t gen, uint64_t id, unsigned result, unsigned reason
 {
 	(void)gen; (void)id; (void)result; (void)reason;
 }
-void dd_hosts_confirm(uint64_t gen, uint64_t id, unsigned result)
+int dd_hosts_confirm(uint64_t gen, uint64_t id, unsigned result)
 {
 	(void)gen; (void)id; (void)result;
+	return 0;
 }
 int dd_hosts_stat(int (*line)(int fd, const char *text), int fd) { (void)line; (void)fd; return 0; }
 #endif

@@ -56,8 +56,9 @@ int dd_hosts_fingerprint(char *out, char *why, size_t n);
 int64_t dd_hosts_claim(const struct dsock_addr *addr, const struct dd_claim *c);
 /* Answers claim id that came over link gen (gone: nothing). */
 void dd_hosts_answer(uint64_t gen, uint64_t id, unsigned result, unsigned reason);
-/* The claimant's CONFIRM of claim id's MATCHED, over link gen. */
-void dd_hosts_confirm(uint64_t gen, uint64_t id, unsigned result);
+/* The claimant's CONFIRM of claim id's MATCHED, over link gen: 1 if it
+ * is on its way (queued or written, the link still up), else 0. */
+int dd_hosts_confirm(uint64_t gen, uint64_t id, unsigned result);
 /* The name of allow-list entry host (its index), or "?". */
 const char *dd_hosts_name(int host);
 /* `dsock stat` lines: this host's key, then one per link. */

@@ -65,7 +65,7 @@ static const int wait_ms[NWAITS] = { 4000, 300, 1500 };
 static struct dsock_hmap by_key; /* key -> the newest offer with it */
 static struct dsock_hmap by_end; /* (process, socket id) -> its offer */
 static struct dsock_hmap by_claim; /* our claim's id -> its offer */
-static struct dsock_hmap by_confirm; /* a proving claim's id -> our confirming end */
+static struct dsock_hmap by_confirm; /* (a proving claim's id, its link) -> our confirming end */
 static struct dd_offer *qhead[NWAITS], *qtail[NWAITS];
 static unsigned long n_paired, n_kernel, n_pending, n_stale, n_remote, n_remote_waiting;
 /* claims of other hosts waiting at once: beyond, refused */
@@ -90,6 +90,15 @@ static void answer_kernel(const struct dd_reply_to *to, uint64_t sock_id, unsign
 	dd_send_result(to, &r, -1);
 }
 
+/* (the id is another host's choice: hashed with its link, so that ids it
+ * picks neither cluster in the table nor meet another link's) */
+static uint64_t confirm_key(uint64_t id, uint64_t link)
+{
+	uint64_t k[2] = { id, link };
+
+	return dsock_hash(k, sizeof(k), 0xc0);
+}
+
 static uint64_t end_key(const struct dd_proc *p, uint64_t sock_id)
 {
 	uint64_t k[2] = { (uint64_t)(uintptr_t)p, sock_id };
@@ -105,8 +114,8 @@ static int insert(struct dd_offer *o)
 		return -ENOMEM;
 	if (o->confirming) {
 		/* (an id another host chose: one already waiting is refused) */
-		if (dsock_hmap_get(&by_confirm, o->claim_id, &v) ||
-		    dsock_hmap_put(&by_confirm, o->claim_id, (uint64_t)(uintptr_t)o)) {
+		if (dsock_hmap_get(&by_confirm, confirm_key(o->claim_id, o->link), &v) ||
+		    dsock_hmap_put(&by_confirm, confirm_key(o->claim_id, o->link), (uint64_t)(uintptr_t)o)) {
 			dsock_hmap_del(&by_end, end_key(o->to.proc, o->sock_id));
 			return -ENOMEM;
 		}
@@ -152,8 +161,9 @@ static void unlink_offer(struct dd_offer *o)
 		dsock_hmap_del(&by_end, end_key(o->to.proc, o->sock_id));
 	if (!o->remote && o->claim_id && dsock_hmap_get(&by_claim, o->claim_id, &v) && v == (uint64_t)(uintptr_t)o)
 		dsock_hmap_del(&by_claim, o->claim_id);
-	if (o->confirming && dsock_hmap_get(&by_confirm, o->claim_id, &v) && v == (uint64_t)(uintptr_t)o)
-		dsock_hmap_del(&by_confirm, o->claim_id);
+	if (o->confirming && dsock_hmap_get(&by_confirm, confirm_key(o->claim_id, o->link), &v) &&
+	    v == (uint64_t)(uintptr_t)o)
+		dsock_hmap_del(&by_confirm, confirm_key(o->claim_id, o->link));
 	n_remote_waiting -= o->remote;
 	if (o->qprev)
 		o->qprev->qnext = o->qnext;
@@ -291,9 +301,10 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 		unlink_offer(x);
 		if (!x->remote)
 			pair(x, &o);
-		else if (!(n = malloc(sizeof(*n))))
+		else if (!(n = malloc(sizeof(*n)))) {
+			dd_hosts_answer(x->link, x->claim_id, DD_CLAIM_REFUSED, DSOCK_R_RESOURCE);
 			answer_kernel(to, m->sock_id, m->transport, DSOCK_R_RESOURCE);
-		else
+		} else
 			held(to, m), *n = o, await_confirm(n, x);
 		free(x);
 		return;
@@ -367,7 +378,7 @@ static void claim(struct dd_offer *o)
 
 	/* (an id from the kernel's CSPRNG: the other host cannot guess it,
 	 * so no answer over another link can name it) */
-	if (getrandom(&c.id, sizeof(c.id), 0) != sizeof(c.id) || !c.id ||
+	if (getrandom(&c.id, sizeof(c.id), 0) != sizeof(c.id) || !c.id || !~c.id ||
 	    dsock_hmap_put(&by_claim, c.id, (uint64_t)(uintptr_t)o))
 		return;
 	o->claim_id = c.id;
@@ -386,7 +397,7 @@ void dd_pairing_remote_claim(uint64_t gen, int host, const struct dd_claim *c)
 			      .role = DSOCK_OFFER_CONNECT, .proof = dd_proof_get(DSOCK_PROOF_HANDSHAKE) };
 	struct dd_offer *x, *n;
 
-	if (c->role != DSOCK_IDENT_ACTIVE || !c->sent || !c->recv || c->sent == c->recv) {
+	if (c->role != DSOCK_IDENT_ACTIVE || !c->sent || !c->recv || c->sent == c->recv || !c->id || !~c->id) {
 		dd_hosts_answer(gen, c->id, DD_CLAIM_REFUSED, DSOCK_R_UNPROVEN);
 		return;
 	}
@@ -426,8 +437,12 @@ void dd_pairing_remote_answer(uint64_t gen, int host, uint64_t id, unsigned resu
 	}
 	unlink_offer(o);
 	if (result == DD_CLAIM_MATCHED) {
-		dd_hosts_confirm(gen, id, DD_CLAIM_MATCHED);
-		remote_proven(o, host);
+		/* proven only if our CONFIRM is on its way: else the other end
+		 * goes to the kernel when its wait ends, and so does ours */
+		if (dd_hosts_confirm(gen, id, DD_CLAIM_MATCHED))
+			remote_proven(o, host);
+		else
+			answer_kernel(&o->to, o->sock_id, o->prov->transport, DSOCK_R_HOST_UNREACHABLE);
 	} else
 		answer_kernel(&o->to, o->sock_id, o->prov->transport,
 			      reason == DSOCK_R_UNPROVEN || reason == DSOCK_R_RESOURCE ? reason : DSOCK_R_PEER_TIMEOUT);
@@ -440,8 +455,8 @@ void dd_pairing_remote_confirm(uint64_t gen, int host, uint64_t id, unsigned res
 	struct dd_offer *o;
 
 	/* a confirm counts only over the link its claim came on */
-	if (!dsock_hmap_get(&by_confirm, id, &v) || !(o = (struct dd_offer *)(uintptr_t)v) || !o->confirming ||
-	    o->link != gen || o->claim_id != id)
+	if (!dsock_hmap_get(&by_confirm, confirm_key(id, gen), &v) || !(o = (struct dd_offer *)(uintptr_t)v) ||
+	    !o->confirming || o->link != gen || o->claim_id != id)
 		return;
 	unlink_offer(o);
 	if (result == DD_CLAIM_MATCHED) {
@@ -548,7 +563,8 @@ int dd_pairing_tick(int behind)
 
 	for (int w = 0; w < NWAITS; w++) {
 		struct dd_offer *x;
-		int64_t grace = behind && w == WAIT_LIKELY ? BEHIND_GRACE_MS : 0;
+		/* (a CONFIRM may sit unread in a busy daemon's link too) */
+		int64_t grace = behind && (w == WAIT_LIKELY || w == WAIT_CONFIRM) ? BEHIND_GRACE_MS : 0;
 
 		while ((x = qhead[w]) && x->expire_ms + grace <= now) {
 			unlink_offer(x);

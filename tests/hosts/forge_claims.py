@@ -19,7 +19,10 @@ a key of its own, and prints one "ok ..." or "FAIL ..." line per check:
         daemon's log);
       - the same claim again, replayed: refused (its offer is taken);
       - a second true claim: matched; a CONFIRM of an id never claimed
-        changes nothing, its own CONFIRM proves the server's end;
+        changes nothing, its own CONFIRM proves the server's end, and the
+        same CONFIRM replayed changes nothing;
+      - a claim whose id the daemon's tables reserve (~0): refused at
+        once, and CONFIRMs of ~0 and 0 change nothing;
       - a malformed message: the link is closed.
   hello KEY CRT ADDR PORT
       an allowed host's link comes up (HELLO back within 5 s)
@@ -155,6 +158,18 @@ def liar(key, crt, addr, port, server_port):
     c.sendall(b"again\n")
     report(cid == 5 and res == MATCHED and c.recv(100) == b"again\n",
            "a second true claim is matched (result %d) and confirmed" % res)
+    send(s, CONFIRM, struct.pack("<QII", 5, MATCHED, 0))  # replayed: nothing
+    c.close()
+    # ids the daemon's tables reserve (empty and deleted slots): a claim
+    # naming one is refused at once, and CONFIRMs naming them change
+    # nothing (the daemon lives on: the next check needs it)
+    c, sent, recv, local = marked(addr, server_port)
+    claim(s, (1 << 64) - 1, sent, recv, ACTIVE, local, (addr, server_port))
+    cid, res, reason = answer(s, 2)
+    for _ in range(2):
+        send(s, CONFIRM, struct.pack("<QII", (1 << 64) - 1, MATCHED, 0))
+        send(s, CONFIRM, struct.pack("<QII", 0, MATCHED, 0))
+    report(cid == (1 << 64) - 1 and res == REFUSED, "a claim with a reserved id (~0) is refused at once (result %d)" % res)
     c.close()
     # a malformed message closes the link
     send(s, 9, b"\0" * 8)

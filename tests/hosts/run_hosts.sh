@@ -255,10 +255,10 @@ nf=$(grep -c '^ok' "$T/forge.out")
 nc=$(grep -c "host liar did not confirm" "$T/b/d.sock.log")
 np=$(grep -c "the other end is on host liar" "$T/b/d.sock.log")
 echo "unconfirmed: $nc, proven: $np (host b's log)" >>"$T/forge.out"
-if [ "$nf" = 9 ] && ! grep -q FAIL "$T/forge.out" && [ "$nc" = 1 ] && [ "$np" = 1 ]; then
+if [ "$nf" = 10 ] && ! grep -q FAIL "$T/forge.out" && [ "$nc" = 1 ] && [ "$np" = 1 ]; then
 	ok "6. a hostile host: $(grep '^ok' "$T/forge.out" | cut -c6- | paste -sd';' | sed 's/;/; /g')"
 else
-	bad "6. a hostile host ($nf of 9 checks)" "$T/forge.out"
+	bad "6. a hostile host ($nf of 10 checks)" "$T/forge.out"
 fi
 
 # 7. after it, a and b still prove a new connection; b's daemon kept its

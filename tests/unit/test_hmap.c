@@ -6,6 +6,8 @@
 #include "unit/unit.h"
 #include "common/hmap.h"
 
+#include <errno.h>
+
 #define N 50000
 
 static uint64_t ref_val[N];
@@ -69,6 +71,20 @@ int main(void)
 	ASSERT_TRUE(!dsock_hset_has(&set, key_of(2)));
 	ASSERT_EQ(set.used, 0);
 	dsock_hmap_free(&set);
+
+	/* a reserved key (an unhashed value from outside) is never put and
+	 * never found, not even in a table full of tombstones */
+	ASSERT_EQ(dsock_hmap_put(&m, 0, 1), -EINVAL);
+	ASSERT_EQ(dsock_hmap_put(&m, ~(uint64_t)0, 1), -EINVAL);
+	for (unsigned i = 0; i < 100; i++)
+		ASSERT_EQ(dsock_hmap_put(&m, key_of(i), i), 0);
+	for (unsigned i = 0; i < 100; i++)
+		ASSERT_EQ(dsock_hmap_del(&m, key_of(i)), 1);
+	ASSERT_EQ(dsock_hmap_get(&m, ~(uint64_t)0, &v), 0);
+	ASSERT_EQ(dsock_hmap_get(&m, 0, &v), 0);
+	ASSERT_EQ(dsock_hmap_del(&m, ~(uint64_t)0), 0);
+	ASSERT_EQ(m.used, 0);
+	dsock_hmap_free(&m);
 
 	/* the reserved keys never come out of the hash */
 	for (unsigned i = 0; i < 1000000; i++) {
