@@ -52,6 +52,9 @@ def link(key, crt, addr, port):
     ctx.verify_mode = ssl.CERT_NONE  # (the liar does not care who answers)
     ctx.load_cert_chain(crt, key)
     raw = socket.create_connection((addr, port), timeout=10)
+    # (each message goes at once: a CONFIRM held back by Nagle would
+    # arrive after the connection it confirms has closed)
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return ctx.wrap_socket(raw)
 
 
@@ -159,6 +162,7 @@ def liar(key, crt, addr, port, server_port):
     report(cid == 5 and res == MATCHED and c.recv(100) == b"again\n",
            "a second true claim is matched (result %d) and confirmed" % res)
     send(s, CONFIRM, struct.pack("<QII", 5, MATCHED, 0))  # replayed: nothing
+    time.sleep(0.2)  # (the daemon reads the CONFIRMs before the close)
     c.close()
     # ids the daemon's tables reserve (empty and deleted slots): a claim
     # naming one is refused at once, and CONFIRMs naming them change
