@@ -13,9 +13,9 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdint.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
-#include <stdint.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -405,7 +405,7 @@ static void lies(void)
 	tcp_pair(fd);
 	ASSERT_EQ(ch_create(&c, fd[1], 4), 0);
 	/* a second holder maps the same state, as an exec's child would */
-	ASSERT_EQ(ch_attach(&other, dup(fd[1]), dup(c.memfd)), 0);
+	ASSERT_EQ(ch_attach(&other, dup(fd[1]), dup(c.memfd), dup(c.nudge)), 0);
 	c.sh->hdr_len = 0x7ffffff0;
 	ASSERT_EQ(write(fd[0], junk, 16), 16);
 	usleep(20000);
@@ -414,6 +414,71 @@ static void lies(void)
 	ch_close(&other);
 	ch_close(&c);
 	close(fd[0]);
+}
+
+/* A receive that waits for nothing costs no CPU: it sleeps in poll as
+ * the pumper, or on the futex beside one. */
+static void *idle_reader(void *arg)
+{
+	char x[8];
+	struct iovec w = { x, sizeof(x) };
+
+	return (void *)(intptr_t)ch_recv(arg, 7, &w, 1, 0, mono_ns() + 300000000);
+}
+
+static void idle(void)
+{
+	struct ch c[2];
+	struct rusage r0, r1;
+	pthread_t t[2];
+	void *r;
+
+	chans(c, 8);
+	getrusage(RUSAGE_SELF, &r0);
+	for (int i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, idle_reader, &c[0]);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], &r);
+		ASSERT_EQ((intptr_t)r, -EAGAIN);
+	}
+	getrusage(RUSAGE_SELF, &r1);
+	long us = (r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) * 1000000L +
+		  (r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec - r0.ru_stime.tv_usec);
+	if (us >= 60000)
+		fprintf(stderr, "idle: two receives waiting 300 ms took %ld us of CPU\n", us);
+	ASSERT_TRUE(us < 60000);
+	ch_close(&c[0]);
+	ch_close(&c[1]);
+}
+
+/* A fork's child that dies while it is the pumper, asleep in poll, takes
+ * nothing with it: the parent's streams carry on. */
+static void pumper_dies(void)
+{
+	struct ch c[2];
+	char b[64];
+	struct iovec v = { b, 5 };
+	pid_t pid;
+
+	chans(c, 8);
+	if ((pid = fork()) == 0) {
+		char x[8];
+		struct iovec w = { x, sizeof(x) };
+		ch_recv(&c[0], 6, &w, 1, 0, FOREVER); /* (nothing comes on 6) */
+		_exit(0);
+	}
+	usleep(100000);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	ASSERT_EQ(ch_send(&c[1], 1, &v, 1, 0, FOREVER), 5);
+	v.iov_len = sizeof(b);
+	ASSERT_EQ(ch_recv(&c[0], 1, &v, 1, 0, mono_ns() + 2000000000), 5);
+	v.iov_len = 5;
+	ASSERT_EQ(ch_send(&c[0], 2, &v, 1, 0, FOREVER), 5);
+	ASSERT_EQ(ch_recv(&c[1], 2, &v, 1, 0, mono_ns() + 2000000000), 5);
+	ASSERT_EQ(c[0].sh->dead, 0);
+	ch_close(&c[0]);
+	ch_close(&c[1]);
 }
 
 int main(void)
@@ -426,6 +491,8 @@ int main(void)
 	owed();
 	ends();
 	lies();
+	idle();
+	pumper_dies();
 	if (unit_failures)
 		fprintf(stderr, "test_chan: %d failures\n", unit_failures);
 	return unit_failures ? 1 : 0;

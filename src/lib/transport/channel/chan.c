@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
@@ -21,6 +22,14 @@
 #define SEALS          (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 _Static_assert(READ_BUF <= CH_RING, "a read's DATA part must fit a ring");
+
+/* (a death that needs no bump: the caller's own) */
+static void ch_kill_quiet(struct ch *c, int err)
+{
+	int32_t zero = 0;
+
+	__atomic_compare_exchange_n(&c->sh->dead, &zero, err, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
 
 void ch_kill(struct ch *c, int err)
 {
@@ -35,7 +44,10 @@ int ch_lock(struct ch *c, pthread_mutex_t *m, int try)
 	int r = try ? pthread_mutex_trylock(m) : pthread_mutex_lock(m);
 
 	if (r == EOWNERDEAD) {
-		ch_kill(c, ECONNRESET);
+		if (m == &c->sh->tx_mu || (m == &c->sh->rx_mu && __atomic_load_n(&c->sh->filing, __ATOMIC_ACQUIRE)))
+			ch_kill(c, ECONNRESET);
+		if (m == &c->sh->rx_mu)
+			__atomic_store_n(&c->sh->filing, 0, __ATOMIC_RELEASE);
 		pthread_mutex_consistent(m);
 		return 0;
 	}
@@ -47,6 +59,11 @@ void ch_bump(struct ch *c)
 	__atomic_add_fetch(&c->sh->seq, 1, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&c->sh->waiters, __ATOMIC_SEQ_CST))
 		dsock_sys(SYS_futex, &c->sh->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	if (__atomic_load_n(&c->sh->asleep, __ATOMIC_SEQ_CST)) {
+		uint64_t one = 1;
+		if (dsock_real.write(c->nudge, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			ch_kill_quiet(c, errno);
+	}
 }
 
 /* ---- state ------------------------------------------------------------- */
@@ -66,7 +83,7 @@ static void layout(struct ch *c, unsigned n)
 	c->size = c->rings_off + (uint64_t)n * CH_RING;
 }
 
-static int map(struct ch *c, int fd, int memfd)
+static int map(struct ch *c, int fd, int memfd, int nudge)
 {
 	void *p = mmap(NULL, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
 
@@ -75,25 +92,29 @@ static int map(struct ch *c, int fd, int memfd)
 	c->sh = p;
 	c->fd = fd;
 	c->memfd = memfd;
+	c->nudge = nudge;
 	return 0;
 }
 
 int ch_create(struct ch *c, int fd, unsigned nstreams)
 {
-	int memfd, r;
+	int memfd, nudge, r;
 
 	if (!nstreams || nstreams > CH_STREAMS_MAX)
 		return -EINVAL;
 	layout(c, nstreams);
 	if ((memfd = memfd_create("dsock-channel", MFD_CLOEXEC | MFD_ALLOW_SEALING)) < 0)
 		return -errno;
-	if (ftruncate(memfd, (off_t)c->size) < 0 || fcntl(memfd, F_ADD_SEALS, SEALS) < 0) {
+	if ((nudge = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
 		r = -errno;
 		close(memfd);
 		return r;
 	}
-	if ((r = map(c, fd, memfd))) {
+	if (ftruncate(memfd, (off_t)c->size) < 0 || fcntl(memfd, F_ADD_SEALS, SEALS) < 0 ||
+	    (errno = -map(c, fd, memfd, nudge))) {
+		r = -errno;
 		close(memfd);
+		close(nudge);
 		return r;
 	}
 	/* (a fresh memfd is zeros: every stream starts empty) */
@@ -113,7 +134,7 @@ int ch_create(struct ch *c, int fd, unsigned nstreams)
 	return 0;
 }
 
-int ch_attach(struct ch *c, int fd, int memfd)
+int ch_attach(struct ch *c, int fd, int memfd, int nudge)
 {
 	struct ch_shared h;
 	struct stat st;
@@ -130,7 +151,7 @@ int ch_attach(struct ch *c, int fd, int memfd)
 	if (h.streams_off != c->streams_off || h.txring_off != c->txring_off || h.rings_off != c->rings_off ||
 	    h.size != c->size || (uint64_t)st.st_size != c->size)
 		return -EPROTO;
-	return map(c, fd, memfd);
+	return map(c, fd, memfd, nudge);
 }
 
 void ch_close(struct ch *c)
@@ -142,7 +163,9 @@ void ch_close(struct ch *c)
 		dsock_real.close(c->fd);
 	if (c->memfd >= 0)
 		dsock_real.close(c->memfd);
-	c->fd = c->memfd = -1;
+	if (c->nudge >= 0)
+		dsock_real.close(c->nudge);
+	c->fd = c->memfd = c->nudge = -1;
 }
 
 /* ---- frames out (tx_mu held) ---------------------------------------------- */
@@ -268,6 +291,8 @@ int ch_tx_flush(struct ch *c)
 	}
 	if (moved)
 		ch_bump(c); /* (a sender that waits for room) */
+	else if (ch_tx_room(c) < CH_TXRING && __atomic_load_n(&c->sh->asleep, __ATOMIC_SEQ_CST))
+		ch_bump(c); /* (a pumper asleep without asking for room asks now) */
 	return 0;
 }
 
@@ -396,6 +421,7 @@ ssize_t ch_pump_locked(struct ch *c)
 		return -ECONNRESET;
 	}
 	for (int reads = 0; reads < READS_MAX; reads++) {
+		__atomic_store_n(&sh->filing, 1, __ATOMIC_RELEASE);
 		if ((r = dsock_real.recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT)) <= 0)
 			break;
 		total += r;
@@ -416,9 +442,11 @@ ssize_t ch_pump_locked(struct ch *c)
 				return -ECONNRESET;
 			}
 		}
+		__atomic_store_n(&sh->filing, 0, __ATOMIC_RELEASE);
 		if ((size_t)r < sizeof(buf))
 			break;
 	}
+	__atomic_store_n(&sh->filing, 0, __ATOMIC_RELEASE);
 	if (r == 0 && !total) {
 		/* the peer's end is gone: a frame cut short is a fault */
 		if (sh->cur_left || sh->hdr_len)

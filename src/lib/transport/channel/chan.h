@@ -34,7 +34,10 @@
  * single-consumer ring whose readers take rd_mu only while they copy, so
  * a reader never waits for the pumper.  A thread that waits is either the
  * pumper (asleep in poll on the socket) or asleep on the futex `seq`,
- * which every filing and every pumper's leaving bumps.
+ * which every filing and every pumper's leaving bumps; a bump also wakes
+ * a pumper asleep in poll, through the channel's eventfd (`nudge`), so
+ * that what happens here (a stream shut for reading, frames queued that
+ * wait for room) reaches it as what arrives does.
  *
  * Every value read from the state is checked before it is used as a
  * size or a place (a holder is one of our processes, but a corrupt one
@@ -92,11 +95,13 @@ struct ch_shared {
 	uint32_t hdr_len;     /* header bytes read of the frame at hand */
 	uint32_t cur;         /* its stream */
 	uint64_t cur_left;    /* DATA bytes of it still to come */
+	uint32_t filing;      /* 1 from a read of the socket until its bytes are filed */
 	/* frames not yet written (tx_mu) */
 	uint64_t tx_head, tx_tail;
 	uint32_t owing;   /* streams that owe control frames (tx_mu) */
 	uint32_t seq;     /* futex: something was filed, or a pumper left */
 	uint32_t waiters; /* asleep on seq */
+	uint32_t asleep;  /* the pumper sleeps in poll (nudge to wake it) */
 	int32_t dead;     /* 0, or the errno every stream now reports */
 	int32_t eof;      /* the channel's EOF was read */
 };
@@ -105,6 +110,8 @@ struct ch {
 	struct ch_shared *sh;
 	int fd;    /* the channel's socket */
 	int memfd; /* its state (for a fork's child, an exec) */
+	int nudge; /* an eventfd: wakes a pumper asleep in poll for what
+		    * happens here (a stream shut, frames queued) */
 	/* the layout, kept privately: never read again from shared memory,
 	 * which any holder may scribble on */
 	unsigned nstreams;
@@ -112,12 +119,12 @@ struct ch {
 };
 
 /* A new channel over socket fd with room for nstreams streams: maps a
- * memfd of its own.  0 or -errno. */
+ * memfd of its own, and makes its nudge.  0 or -errno. */
 int ch_create(struct ch *c, int fd, unsigned nstreams);
-/* Maps the state of a channel made elsewhere (memfd, socket fd): checks
- * it as untrusted input.  0 or -errno. */
-int ch_attach(struct ch *c, int fd, int memfd);
-/* Unmaps and closes both fds. */
+/* Maps the state of a channel made elsewhere (memfd, socket fd, nudge):
+ * checks it as untrusted input.  0 or -errno. */
+int ch_attach(struct ch *c, int fd, int memfd, int nudge);
+/* Unmaps and closes its fds. */
 void ch_close(struct ch *c);
 
 /* flags: MSG_DONTWAIT.  deadline: CLOCK_MONOTONIC ns, INT64_MAX none;

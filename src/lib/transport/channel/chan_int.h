@@ -28,8 +28,10 @@ uint64_t ch_tx_room(struct ch *c);
 /* The channel dies with err (the first death stays). */
 void ch_kill(struct ch *c, int err);
 /* Locks m (try: without waiting): 0, or -errno.  A holder that died
- * inside may have left a frame half filed or half written, so the
- * channel dies with it. */
+ * inside tx_mu may have left a frame half written, and one that died
+ * inside rx_mu while filing (not asleep in poll: the pumper's usual
+ * place) may have lost bytes it read: the channel dies with either.  A
+ * reader that died inside rd_mu changed nothing it had not finished. */
 int ch_lock(struct ch *c, pthread_mutex_t *m, int try);
 /* Something happened: wakes the futex's sleepers. */
 void ch_bump(struct ch *c);

@@ -22,11 +22,14 @@ int ch_tx_pending(const struct ch *c)
 }
 
 /* Leaves the pumper's place (rx_mu held): a waiter on the futex may
- * read the socket now. */
+ * read the socket now.  Only a waiter is told (a bump when nobody waits
+ * would end the caller's own next wait at once); one that counts itself
+ * in after this look finds the place free as it tries again (ch_wait). */
 static void leave(struct ch *c)
 {
 	pthread_mutex_unlock(&c->sh->rx_mu);
-	ch_bump(c);
+	if (__atomic_load_n(&c->sh->waiters, __ATOMIC_SEQ_CST))
+		ch_bump(c);
 }
 
 static void flush(struct ch *c)
@@ -76,14 +79,21 @@ static int ch_wait(struct ch *c, uint32_t seq0, int64_t deadline)
 	if (ch_lock(c, &sh->rx_mu, 1) == 0) {
 		int r = 0;
 		if (ch_pump_locked(c) == 0 && __atomic_load_n(&sh->seq, __ATOMIC_SEQ_CST) == seq0) {
-			struct pollfd p = { .fd = c->fd, .events = POLLIN };
-			int out = ch_tx_pending(c);
-			if (out)
-				p.events |= POLLOUT;
-			/* (frames queued after this look are the queuer's to
-			 * write: see tx_drain; an idle pumper sleeps for ever) */
-			if (dsock_real.poll(&p, 1, poll_ms(deadline, out ? WAIT_SLICE_NS : -1)) < 0 && errno == EINTR)
+			struct pollfd p[2] = { { .fd = c->fd, .events = POLLIN }, { .fd = c->nudge, .events = POLLIN } };
+			/* (asleep before the last look: a bump after it nudges) */
+			__atomic_store_n(&sh->asleep, 1, __ATOMIC_SEQ_CST);
+			if (ch_tx_pending(c))
+				p[0].events |= POLLOUT;
+			if (__atomic_load_n(&sh->seq, __ATOMIC_SEQ_CST) == seq0 &&
+			    dsock_real.poll(p, 2, poll_ms(deadline, -1)) < 0 && errno == EINTR)
 				r = -EINTR;
+			__atomic_store_n(&sh->asleep, 0, __ATOMIC_SEQ_CST);
+			if (p[1].revents & POLLIN) {
+				uint64_t n;
+				if (dsock_real.read(c->nudge, &n, sizeof(n)) < 0) {
+					/* (nothing: another holder's pumper drained it) */
+				}
+			}
 			ch_pump_locked(c);
 		}
 		leave(c);
@@ -100,6 +110,13 @@ static int ch_wait(struct ch *c, uint32_t seq0, int64_t deadline)
 	int64_t left = deadline == INT64_MAX ? WAIT_SLICE_NS : deadline - dsock_mono_ns();
 	struct timespec ts = { 0, left > 0 && left < WAIT_SLICE_NS ? left : WAIT_SLICE_NS };
 	__atomic_add_fetch(&sh->waiters, 1, __ATOMIC_SEQ_CST);
+	if (ch_lock(c, &sh->rx_mu, 1) == 0) {
+		/* (the pumper left before it could see us: the place is ours,
+		 * and the caller's next wait takes it) */
+		__atomic_sub_fetch(&sh->waiters, 1, __ATOMIC_SEQ_CST);
+		pthread_mutex_unlock(&sh->rx_mu);
+		return 0;
+	}
 	long r = dsock_sys(SYS_futex, &sh->seq, FUTEX_WAIT, seq0, &ts, NULL, 0);
 	int e = errno;
 	__atomic_sub_fetch(&sh->waiters, 1, __ATOMIC_SEQ_CST);
