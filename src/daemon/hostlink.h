@@ -5,8 +5,9 @@
  * the nonces the kernel recorded in one end's handshake (ident.h), and
  * the other host's daemon answers whether it holds the socket whose
  * record crosses them; a match counts only once the claimant confirms
- * that its end still waits, so both ends always take the same outcome
- * (docs/ARCHITECTURE.md, "Between hosts").  A link
+ * that its end still waits, so both ends take one outcome while the link
+ * lives and the CONFIRM arrives within the wait (docs/ARCHITECTURE.md,
+ * "Between hosts").  A link
  * is dialled on the first claim to a host, to the connection's peer
  * address at DSOCK_HOSTS_PORT, and kept; the data of a connection never
  * crosses a link. */

@@ -48,12 +48,15 @@ struct dd_offer {
 
 /* Each side offers at its first data call, so either may come first, and
  * the gap is the application's (sockperf's client waits 2 s before its
- * first send).  Held below the library's own give-up (5 s), so a late
+ * first send).  Held below the library's own give-up (10 s), so a late
  * answer never reaches a socket that already went to the kernel.  One
  * queue per wait: each is in expiry order, so a tick looks at heads only. */
 enum { WAIT_LIKELY, WAIT_UNLIKELY, WAIT_CONFIRM, NWAITS };
-/* (a CONFIRM takes one round trip between the daemons; a likely offer's
- * wait, its grace and this stay below the library's give-up) */
+/* (a CONFIRM takes one round trip between the daemons.  A likely offer's
+ * wait and this stay below the library's give-up; with a busy daemon's
+ * grace on both an end may outlast it, and the library, which has left
+ * the offer by then, ignores the answer: the kernel carries that socket
+ * either way) */
 static const int wait_ms[NWAITS] = { 4000, 300, 1500 };
 /* A daemon that is behind (messages were waiting at its last look) may
  * not have read the mate's offer yet: a likely offer then waits up to
@@ -113,9 +116,9 @@ static int insert(struct dd_offer *o)
 	if (!o->remote && dsock_hmap_put(&by_end, end_key(o->to.proc, o->sock_id), (uint64_t)(uintptr_t)o))
 		return -ENOMEM;
 	if (o->confirming) {
+		uint64_t k = confirm_key(o->claim_id, o->link);
 		/* (an id another host chose: one already waiting is refused) */
-		if (dsock_hmap_get(&by_confirm, confirm_key(o->claim_id, o->link), &v) ||
-		    dsock_hmap_put(&by_confirm, confirm_key(o->claim_id, o->link), (uint64_t)(uintptr_t)o)) {
+		if (dsock_hmap_get(&by_confirm, k, &v) || dsock_hmap_put(&by_confirm, k, (uint64_t)(uintptr_t)o)) {
 			dsock_hmap_del(&by_end, end_key(o->to.proc, o->sock_id));
 			return -ENOMEM;
 		}
@@ -161,9 +164,11 @@ static void unlink_offer(struct dd_offer *o)
 		dsock_hmap_del(&by_end, end_key(o->to.proc, o->sock_id));
 	if (!o->remote && o->claim_id && dsock_hmap_get(&by_claim, o->claim_id, &v) && v == (uint64_t)(uintptr_t)o)
 		dsock_hmap_del(&by_claim, o->claim_id);
-	if (o->confirming && dsock_hmap_get(&by_confirm, confirm_key(o->claim_id, o->link), &v) &&
-	    v == (uint64_t)(uintptr_t)o)
-		dsock_hmap_del(&by_confirm, confirm_key(o->claim_id, o->link));
+	if (o->confirming) {
+		uint64_t k = confirm_key(o->claim_id, o->link);
+		if (dsock_hmap_get(&by_confirm, k, &v) && v == (uint64_t)(uintptr_t)o)
+			dsock_hmap_del(&by_confirm, k);
+	}
 	n_remote_waiting -= o->remote;
 	if (o->qprev)
 		o->qprev->qnext = o->qnext;
@@ -304,8 +309,11 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 		else if (!(n = malloc(sizeof(*n)))) {
 			dd_hosts_answer(x->link, x->claim_id, DD_CLAIM_REFUSED, DSOCK_R_RESOURCE);
 			answer_kernel(to, m->sock_id, m->transport, DSOCK_R_RESOURCE);
-		} else
-			held(to, m), *n = o, await_confirm(n, x);
+		} else {
+			held(to, m);
+			*n = o;
+			await_confirm(n, x);
+		}
 		free(x);
 		return;
 	}

@@ -23,19 +23,18 @@
 
 _Static_assert(READ_BUF <= CH_RING, "a read's DATA part must fit a ring");
 
-/* (a death that needs no bump: the caller's own) */
-static void ch_kill_quiet(struct ch *c, int err)
+/* The death itself, without the bump (ch_bump's own failure): 1 if it
+ * is the first. */
+static int ch_kill_quiet(struct ch *c, int err)
 {
 	int32_t zero = 0;
 
-	__atomic_compare_exchange_n(&c->sh->dead, &zero, err, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	return __atomic_compare_exchange_n(&c->sh->dead, &zero, err, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }
 
 void ch_kill(struct ch *c, int err)
 {
-	int32_t zero = 0;
-
-	if (__atomic_compare_exchange_n(&c->sh->dead, &zero, err, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+	if (ch_kill_quiet(c, err))
 		ch_bump(c);
 }
 

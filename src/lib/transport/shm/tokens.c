@@ -60,8 +60,8 @@ int shm_calibrate(struct shm_conn *c, int fd)
 	 * before the offer (no send of ours in between: they hold mu).  A
 	 * send in flight holds mu and may be blocked in the kernel until our
 	 * own reader drains the peer: waiting for it here, in that reader,
-	 * would close a cycle and hang both (a 4 MiB sendall beside a reader
-	 * thread did), so the offer waits for a call that finds mu free */
+	 * would close a cycle and hang both, so the offer waits for a call
+	 * that finds mu free */
 	if (pthread_mutex_trylock(&c->mu))
 		return -EBUSY;
 	c->tx_base = shm_kernel_sent(fd);
