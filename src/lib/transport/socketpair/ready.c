@@ -4,9 +4,11 @@
 #include "lib/transport/socketpair/sp.h"
 #include "lib/sock/sock.h"
 #include "lib/base/real.h"
+#include "lib/base/clock.h"
 
 #include <errno.h>
 #include <sched.h>
+#include <time.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -53,19 +55,37 @@ static int pair_readable(int pf)
  * read hang-up a reset ends with may be a reset half-processed on another
  * CPU (the kernel sets the error, then the state, then the shutdown, and
  * wakes its pollers after): we are woken by the pair, which the peer
- * closed first, so its whole state is asked again a moment later (a few
- * times at most: a connection reset by connect(AF_UNSPEC) stays so). */
-static void kernel_events(struct pollfd *k)
+ * closed first, so its whole state is asked again a moment later.  While
+ * this end reads the pair (settled: it has not reset the connection
+ * itself), the half-processed state is the peer's reset, whose other CPU
+ * may be preempted for milliseconds, so it is asked again for up to
+ * SETTLE_NS; otherwise a few times only, since a connection this end reset
+ * by connect(AF_UNSPEC) stays so. */
+#define SETTLE_NS 20000000LL
+
+static void kernel_events(struct pollfd *k, int settled)
 {
 	short asked = k->events;
+	int64_t until = 0;
 
 	k->events |= POLLRDHUP;
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0;; i++) {
 		if (dsock_real.poll(k, 1, 0) < 0)
 			k->revents = 0;
 		if (!(k->revents & (POLLERR | POLLHUP)) || (k->revents & POLLRDHUP))
 			break;
-		sched_yield();
+		if (i >= 4 && !settled)
+			break;
+		if (i < 4) {
+			sched_yield();
+			continue;
+		}
+		if (!until)
+			until = dsock_mono_ns() + SETTLE_NS;
+		else if (dsock_mono_ns() > until)
+			break;
+		struct timespec ts = { 0, 50000 };
+		nanosleep(&ts, NULL);
 	}
 	k->events = asked;
 	k->revents &= (short)(asked | POLLERR | POLLHUP | POLLNVAL);
@@ -97,7 +117,7 @@ short sp_poll(struct dsock_sock *s, int fd, short events)
 	/* the peer ends the pair before its kernel socket: an end seen in
 	 * the kernel is in the pair by then */
 	int r = 0;
-	kernel_events(&k);
+	kernel_events(&k, rx == SPRX_PAIR);
 	if (rx == SPRX_PAIR && (events & IN_BITS))
 		r = pair_readable(pf);
 	out = (short)(k.revents & ~(IN_BITS | OUT_BITS));
