@@ -41,13 +41,13 @@ DAEMON_LIBS    = -lbpf
 $(BUILD)/obj/bin/daemon/ident.o: CFLAGS += -DDSOCK_HAVE_BPF
 endif
 
-# Links to other hosts' daemons (daemon/hostlink.c) need OpenSSL's
+# Links to other hosts' daemons (daemon/hostlink.c, hostmsg.c) need OpenSSL's
 # headers; without them dsockd is built without them (and says so when
 # asked for them).
 TLS ?= $(shell test -r /usr/include/openssl/ssl.h && echo 1)
 ifeq ($(TLS),1)
 DAEMON_LIBS   += -lssl -lcrypto
-$(BUILD)/obj/bin/daemon/hostlink.o $(BUILD)/obj/bin/daemon/hostkey.o $(BUILD)/obj/bin/daemon/hostauth.o: \
+$(addprefix $(BUILD)/obj/bin/daemon/,hostlink.o hostmsg.o hostlink_off.o hostkey.o hostauth.o): \
 	CFLAGS += -DDSOCK_HAVE_TLS
 endif
 
