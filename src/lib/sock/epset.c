@@ -533,6 +533,22 @@ int dsock_epset_lookup(int epfd, uint64_t data, struct dsock_epmember *out)
 	return out->fd;
 }
 
+int dsock_epset_arrived(int epfd, uint64_t data, uint64_t mark)
+{
+	struct member *m;
+	int r = 1;
+
+	if (!mark)
+		return 1;
+	pthread_mutex_lock(&dsock_epset_mu);
+	if ((m = dsock_epset_by_data(epfd, data))) {
+		r = m->mark != mark;
+		m->mark = mark;
+	}
+	pthread_mutex_unlock(&dsock_epset_mu);
+	return r;
+}
+
 void dsock_sock_rewatch(struct dsock_sock *s)
 {
 	if (!atomic_load_explicit(&dsock_epset_nmembers, memory_order_relaxed))

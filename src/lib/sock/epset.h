@@ -22,6 +22,11 @@ struct dsock_epmember {
 	int set;      /* the member is an epoll set (nested) */
 };
 int dsock_epset_lookup(int epfd, uint64_t data, struct dsock_epmember *out);
+/* An edge-triggered registration whose socket's transport has waits found
+ * readable with arrival count mark (dsock_ready_rx_mark): 1 if that is an
+ * arrival since its last report (recorded as reported), 0 if not (a
+ * wake-up of the transport's own).  mark 0 (unknown): 1. */
+int dsock_epset_arrived(int epfd, uint64_t data, uint64_t mark);
 /* A one-shot registration whose socket's transport has waits fired:
  * reported (1: disarmed until the application's next MOD) or not (0: its
  * parts are armed again). */

@@ -11,6 +11,9 @@
 #include "lib/transport/transport.h"
 
 #include <errno.h>
+#include <linux/tcp.h> /* the kernel's tcp_info: byte counters */
+#include <netinet/in.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -58,6 +61,23 @@ short dsock_ready_poll_fd(int fd, short events)
 		dsock_sock_put(s);
 	/* gone back to the kernel meanwhile: its word */
 	return dsock_real.poll(&p, 1, 0) == 1 ? p.revents : 0;
+}
+
+uint64_t dsock_ready_rx_mark(int fd)
+{
+	const struct dsock_transport *tp;
+	struct dsock_sock *s = dsock_sock_carried(fd, &tp);
+	struct tcp_info ti;
+	socklen_t tl = sizeof(ti);
+	uint64_t mark = 0;
+
+	if (!s)
+		return 0;
+	if (dsock_real.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
+	    tl >= offsetof(struct tcp_info, tcpi_bytes_received) + sizeof(ti.tcpi_bytes_received))
+		mark = ti.tcpi_bytes_received + (tp->rx_mark ? tp->rx_mark(s) : 0);
+	dsock_sock_put(s);
+	return mark;
 }
 
 /* What a transport says about fd: 1 hidden readable, 2 not writable, 4 its

@@ -105,6 +105,12 @@ static unsigned watched_view(int epfd, uint64_t data, const struct dsock_epmembe
 		return 0;
 	ev = (unsigned short)dsock_ready_poll_fd(mb->fd, (short)want);
 	ev &= want | EPOLLERR | EPOLLHUP;
+	/* edge-triggered: readable once per arrival, as the kernel reports
+	 * it (a wake-up of the transport's own, a header of its protocol or
+	 * a registration moved between its fds, brings no data) */
+	if ((mb->events & EPOLLET) && (ev & EPOLLIN) && !(ev & (EPOLLERR | EPOLLHUP)) &&
+	    !dsock_epset_arrived(epfd, data, dsock_ready_rx_mark(mb->fd)))
+		ev &= ~(unsigned)(EPOLLIN | EPOLLRDNORM);
 	/* a one-shot part the kernel disarmed for a wake-up that meant
 	 * nothing is armed again; one reported disarms them all */
 	if (mb->events & EPOLLONESHOT)

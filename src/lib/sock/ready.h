@@ -119,6 +119,10 @@ int dsock_ready_spurious_in(int fd);
  * transport with waits that carries it says, or as the kernel does once
  * the kernel carries it (poll.c). */
 short dsock_ready_poll_fd(int fd, short events);
+/* A count that grows with every arrival on fd, a socket whose transport
+ * has waits: the kernel's bytes received (its FIN among them) and the
+ * transport's own (rx_mark).  0 when it cannot tell. */
+uint64_t dsock_ready_rx_mark(int fd);
 
 /* s, which tp carries: POLLOUT (with POLLERR, POLLHUP: the send fails at
  * once) if a send would not block, 0 if it would (a wake-up for room is

@@ -62,6 +62,7 @@ static struct sp_conn *map_conn(struct dsock_sock *s, int memfd)
 	c->sh = p;
 	c->memfd = memfd;
 	c->pairfd = -1;
+	c->pipe = &sp_pipe_fd;
 	return c;
 }
 
@@ -211,15 +212,15 @@ static void on_result(const struct dsock_msg_result *r, int fd)
 	sh = c->sh;
 	dsock_real.fcntl(fd, F_SETFD, FD_CLOEXEC);
 	/* the application's timeouts hold for the waits on the pair too */
-	if (sh->rcvtimeo.tv_sec || sh->rcvtimeo.tv_usec)
-		dsock_real.setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &sh->rcvtimeo, sizeof(sh->rcvtimeo));
-	if (sh->sndtimeo.tv_sec || sh->sndtimeo.tv_usec)
-		dsock_real.setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &sh->sndtimeo, sizeof(sh->sndtimeo));
+	if (sh->rcvtimeo.tv_sec || sh->rcvtimeo.tv_usec || sh->sndtimeo.tv_sec || sh->sndtimeo.tv_usec)
+		c->pipe->timeouts(c, fd);
 	__atomic_store_n(&c->pairfd, fd, __ATOMIC_RELEASE);
 	/* HELLO before PAIRED: a sender's SWITCH, which needs PAIRED, comes
 	 * after it in the pair (no lock: a sender may be blocked in the
 	 * kernel holding tx_mu, waiting for the reader this may be) */
-	if (dsock_real.send(fd, &hello, sizeof(hello), MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(hello))
+	struct iovec hv = { &hello, sizeof(hello) };
+	struct msghdr hm = { .msg_iov = &hv, .msg_iovlen = 1 };
+	if (c->pipe->sendmsg(c, fd, &hm, MSG_DONTWAIT) != (ssize_t)sizeof(hello))
 		atomic_store(&sh->tx, SPTX_BACK); /* it cannot switch: the kernel carries our bytes */
 	atomic_store(&sh->state, SP_PAIRED);
 	DSOCK_DBG("sock %llu paired through a socketpair (side %u)", (unsigned long long)r->sock_id, r->side);
@@ -251,7 +252,7 @@ int sp_reset(struct dsock_sock *s, int fd, unsigned reason)
 	if (c) {
 		int pf = __atomic_load_n(&c->pairfd, __ATOMIC_ACQUIRE);
 		if (pf >= 0)
-			dsock_real.shutdown(pf, SHUT_RDWR);
+			c->pipe->shutdown(c, pf, SHUT_RDWR);
 	}
 	/* as on an RST: ECONNRESET for the next call, then EOF (conn.c of
 	 * shm says why both calls) */
@@ -316,11 +317,11 @@ static void sp_closing(struct dsock_sock *s, int fd)
 	}
 	pf = __atomic_exchange_n(&c->pairfd, -1, __ATOMIC_ACQ_REL);
 	rx = atomic_load(&c->sh->rx);
-	if ((rx == SPRX_PAIR || rx == SPRX_KERNEL) && dsock_real.ioctl(pf, FIONREAD, &n) == 0 && n > 0) {
+	if ((rx == SPRX_PAIR || rx == SPRX_KERNEL) && (n = c->pipe->inq(c, pf)) > 0) {
 		struct linger lg = { 1, 0 };
 		dsock_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	}
-	dsock_real.close(pf);
+	c->pipe->close(c, pf);
 }
 
 /* The last reference. */
@@ -333,7 +334,7 @@ static void sp_release(struct dsock_sock *s)
 	if (c->pending_since && atomic_load(&c->sh->state) == SP_PENDING)
 		unlink_pending(c);
 	if (c->pairfd >= 0)
-		dsock_real.close(c->pairfd);
+		c->pipe->close(c, c->pairfd);
 	munmap(c->sh, PAGE);
 	dsock_real.close(c->memfd);
 	free(c);
@@ -542,6 +543,7 @@ const struct dsock_transport dsock_socketpair_transport = {
 	.release = sp_release,
 	.waits = sp_waits,
 	.poll = sp_poll,
+	.rx_mark = sp_rx_mark,
 	.init = sp_init,
 	.adopt = sp_adopt,
 	.fork_prepare = sp_fork_prepare,

@@ -61,10 +61,12 @@ void sp_read_headers(struct sp_conn *c)
 	if (atomic_load(&sh->state) != SP_PAIRED || pf < 0)
 		return;
 	while ((rx = atomic_load(&sh->rx)) == SPRX_HELLO || rx == SPRX_SWITCH) {
-		ssize_t n = dsock_real.recv(pf, sh->hdr + sh->hdr_len, sizeof(sh->hdr) - sh->hdr_len, MSG_DONTWAIT);
+		struct iovec iv = { sh->hdr + sh->hdr_len, sizeof(sh->hdr) - sh->hdr_len };
+		struct msghdr hm = { .msg_iov = &iv, .msg_iovlen = 1 };
+		ssize_t n = c->pipe->recvmsg(c, pf, &hm, MSG_DONTWAIT);
 		uint64_t v;
 
-		if (n < 0 && errno == EAGAIN)
+		if (n == -EAGAIN)
 			return;
 		if (n <= 0) { /* the peer went back before switching: all its bytes are the kernel's */
 			atomic_store(&sh->rx, SPRX_BACK);
@@ -79,7 +81,7 @@ void sp_read_headers(struct sp_conn *c)
 			/* not our protocol: the pair is not used for this direction */
 			DSOCK_WARN("sock %llu: the peer's pair header is wrong; the kernel carries it",
 				   (unsigned long long)c->sock->id);
-			dsock_real.shutdown(pf, SHUT_RD);
+			c->pipe->shutdown(c, pf, SHUT_RD);
 			atomic_store(&sh->rx, SPRX_BACK);
 			return;
 		}
@@ -90,7 +92,7 @@ void sp_read_headers(struct sp_conn *c)
 		if (v < sh->kernel_got) { /* we already read past it: impossible from an honest peer */
 			DSOCK_WARN("sock %llu: the peer's switch offset is behind what we read",
 				   (unsigned long long)c->sock->id);
-			dsock_real.shutdown(pf, SHUT_RD);
+			c->pipe->shutdown(c, pf, SHUT_RD);
 			atomic_store(&sh->rx, SPRX_BACK);
 			return;
 		}
@@ -106,7 +108,7 @@ static void tx_back(struct sp_conn *c)
 	int pf = sp_pairfd(c);
 
 	if (pf >= 0 && atomic_load(&c->sh->state) == SP_PAIRED)
-		dsock_real.shutdown(pf, SHUT_WR);
+		c->pipe->shutdown(c, pf, SHUT_WR);
 	atomic_store(&c->sh->tx, SPTX_BACK);
 }
 
@@ -127,11 +129,10 @@ static void tx_leave(struct sp_conn *c)
  * there says what the peer's close did. */
 static void await_reset(struct sp_conn *c, int fd, int err)
 {
-	struct pollfd p = { .fd = sp_pairfd(c), .events = 0 };
 	struct pollfd k = { .fd = fd, .events = POLLRDHUP };
 
 	/* (a send that failed on it has taken the error: err says) */
-	if (err == ECONNRESET || (dsock_real.poll(&p, 1, 0) == 1 && (p.revents & POLLERR)))
+	if (err == ECONNRESET || (c->pipe->poll(c, sp_pairfd(c), 0) & POLLERR))
 		dsock_real.poll(&k, 1, RESET_WAIT_MS);
 }
 
@@ -174,7 +175,9 @@ ssize_t sp_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int fla
 		if (tx == SPTX_KERNEL && atomic_load(&sh->state) == SP_PAIRED && peer_ready(c) &&
 		    dsock_real.ioctl(fd, SIOCOUTQ, &outq) == 0 && outq == 0) {
 			uint64_t n = sh->kernel_sent;
-			if (dsock_real.send(sp_pairfd(c), &n, sizeof(n), MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(n))
+			struct iovec iv = { &n, sizeof(n) };
+			struct msghdr hm = { .msg_iov = &iv, .msg_iovlen = 1 };
+			if (c->pipe->sendmsg(c, sp_pairfd(c), &hm, MSG_DONTWAIT) == (ssize_t)sizeof(n))
 				atomic_store(&sh->tx, SPTX_PAIR);
 			else
 				tx_back(c);
@@ -199,7 +202,7 @@ ssize_t sp_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int fla
 		struct msghdr pm = { .msg_iov = m->msg_iov, .msg_iovlen = m->msg_iovlen };
 		size_t total = sp_iov_total(m);
 		int nb = sp_dontwait(fd, flags);
-		r = dsock_real.sendmsg(sp_pairfd(c), &pm, MSG_NOSIGNAL | nb | (flags & MSG_MORE));
+		r = c->pipe->sendmsg(c, sp_pairfd(c), &pm, nb | (flags & MSG_MORE));
 		if (r > 0)
 			sp_count_carried(c);
 		if (r >= 0 && ((size_t)r == total || nb))
@@ -209,8 +212,8 @@ ssize_t sp_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int fla
 			 * peer stopped reading the pair midway */
 			struct iovec v[IOV_MAX];
 			struct msghdr rest = { .msg_iov = v, .msg_iovlen = sp_iov_part(m, (size_t)r, total - (size_t)r, v) };
-			ssize_t more = dsock_real.sendmsg(sp_pairfd(c), &rest, MSG_NOSIGNAL | MSG_DONTWAIT);
-			if (more >= 0 || (errno != EPIPE && errno != ECONNRESET))
+			ssize_t more = c->pipe->sendmsg(c, sp_pairfd(c), &rest, MSG_DONTWAIT);
+			if (more >= 0 || (more != -EPIPE && more != -ECONNRESET))
 				return r + (more > 0 ? more : 0);
 			/* (the pair's error, if any, went to the first part) */
 			await_reset(c, fd, ECONNRESET);
@@ -222,9 +225,9 @@ ssize_t sp_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int fla
 				return errno == ECONNRESET || errno == EPIPE ? -errno : r;
 			return r + more;
 		}
-		if (errno != EPIPE && errno != ECONNRESET)
-			return -errno;
-		await_reset(c, fd, errno);
+		if (r != -EPIPE && r != -ECONNRESET)
+			return r;
+		await_reset(c, fd, (int)-r);
 		/* the peer stopped reading the pair (it went back, or closed):
 		 * the kernel carries our bytes, and says what became of it */
 		tx_leave(c);
@@ -245,7 +248,7 @@ void sp_go_back(struct sp_conn *c, unsigned reason)
 		atomic_store(&sh->refuse, (int)reason); /* an answer to come must not attach */
 		atomic_store(&sh->rx, SPRX_BACK);
 	} else if (pf >= 0) {
-		dsock_real.shutdown(pf, SHUT_RD); /* the peer's next send through it fails */
+		c->pipe->shutdown(c, pf, SHUT_RD); /* the peer's next send through it fails */
 	}
 	tx_leave(c);
 	sp_maybe_detach(c);
@@ -257,7 +260,7 @@ int sp_shutdown(struct dsock_sock *s, int fd, int how)
 	int pf = sp_pairfd(c);
 
 	if ((how == SHUT_RD || how == SHUT_RDWR) && pf >= 0)
-		dsock_real.shutdown(pf, SHUT_RD);
+		c->pipe->shutdown(c, pf, SHUT_RD);
 	if (how == SHUT_WR || how == SHUT_RDWR)
 		tx_leave(c);
 	return dsock_real.shutdown(fd, how) < 0 ? -errno : 0;
@@ -276,7 +279,7 @@ int sp_ioctl(struct dsock_sock *s, int fd, unsigned long req, int *val)
 	rx = atomic_load(&sh->rx);
 	if (atomic_load(&sh->state) != SP_PAIRED || rx == SPRX_BACK || rx == SPRX_HELLO || rx == SPRX_SWITCH)
 		return -ENOTSUP; /* the kernel holds what is next */
-	if (dsock_real.ioctl(fd, SIOCINQ, &k) < 0 || dsock_real.ioctl(sp_pairfd(c), FIONREAD, &p) < 0)
+	if (dsock_real.ioctl(fd, SIOCINQ, &k) < 0 || (p = c->pipe->inq(c, sp_pairfd(c))) < 0)
 		return -ENOTSUP;
 	if (req == SIOCATMARK) {
 		/* urgent data comes through the kernel, after what the pair
@@ -315,7 +318,7 @@ int sp_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void *
 		int pf = sp_pairfd(c);
 		memcpy(t, val, sizeof(*t));
 		if (pf >= 0)
-			dsock_real.setsockopt(pf, level, opt, val, *len);
+			c->pipe->timeouts(c, pf);
 	}
 	return -ENOPROTOOPT; /* and the kernel's too */
 }
@@ -336,7 +339,7 @@ int sp_handover(struct dsock_sock *s, int fd)
 		sp_unlock(&sh->rx_mu);
 	}
 	rx = atomic_load(&sh->rx);
-	if (rx != SPRX_BACK && (dsock_real.ioctl(sp_pairfd(c), FIONREAD, &left) < 0 || left > 0))
+	if (rx != SPRX_BACK && ((left = c->pipe->inq(c, sp_pairfd(c))) < 0 || left > 0))
 		return sp_reset(s, fd, DSOCK_R_HANDOVER_RESET);
 	if (rx == SPRX_KERNEL || rx == SPRX_PAIR || rx == SPRX_HELLO || rx == SPRX_SWITCH)
 		atomic_store(&sh->rx, SPRX_BACK);

@@ -36,19 +36,21 @@ int sp_waits(struct dsock_sock *s, int fd, short events, struct pollfd *w)
 	if ((events & OUT_BITS) && tx == SPTX_PAIR)
 		pev |= POLLOUT;
 	if (pev)
-		w[n++] = (struct pollfd){ .fd = pf, .events = pev };
+		n += c->pipe->waits(c, pf, pev, &w[n]);
 	return n;
 }
 
 /* 1 if the pair has bytes to read; 0 if not; -1 at its EOF or reset. */
-static int pair_readable(int pf)
+static int pair_readable(struct sp_conn *c, int pf)
 {
 	char b;
-	ssize_t r = dsock_real.recv(pf, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	struct iovec v = { &b, 1 };
+	struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1 };
+	ssize_t r = c->pipe->recvmsg(c, pf, &m, MSG_PEEK | MSG_DONTWAIT);
 
 	if (r > 0)
 		return 1;
-	return r == 0 || errno != EAGAIN ? -1 : 0;
+	return r == -EAGAIN ? 0 : -1;
 }
 
 /* The kernel's events for k.  An error or a hang-up seen without the
@@ -91,6 +93,17 @@ static void kernel_events(struct pollfd *k, int settled)
 	k->revents &= (short)(asked | POLLERR | POLLHUP | POLLNVAL);
 }
 
+uint64_t sp_rx_mark(struct dsock_sock *s)
+{
+	struct sp_conn *c = sp_conn(s);
+	int pf = c ? sp_pairfd(c) : -1, n;
+
+	if (!c)
+		return 0;
+	n = pf >= 0 && atomic_load(&c->sh->state) == SP_PAIRED ? c->pipe->inq(c, pf) : 0;
+	return atomic_load(&c->sh->pair_got) + (uint64_t)(n > 0 ? n : 0);
+}
+
 short sp_poll(struct dsock_sock *s, int fd, short events)
 {
 	struct sp_conn *c = sp_conn(s);
@@ -119,7 +132,7 @@ short sp_poll(struct dsock_sock *s, int fd, short events)
 	int r = 0;
 	kernel_events(&k, rx == SPRX_PAIR);
 	if (rx == SPRX_PAIR && (events & IN_BITS))
-		r = pair_readable(pf);
+		r = pair_readable(c, pf);
 	out = (short)(k.revents & ~(IN_BITS | OUT_BITS));
 	if (rx == SPRX_PAIR && (events & IN_BITS)) {
 		if (r < 0) {
@@ -138,8 +151,7 @@ short sp_poll(struct dsock_sock *s, int fd, short events)
 		out |= (short)(k.revents & IN_BITS);
 	}
 	if (tx == SPTX_PAIR) {
-		struct pollfd p = { .fd = pf, .events = POLLOUT };
-		if (dsock_real.poll(&p, 1, 0) == 1)
+		if (c->pipe->poll(c, pf, POLLOUT))
 			out |= (short)(events & OUT_BITS); /* room, or a send that will say what happened */
 	} else {
 		out |= (short)(k.revents & OUT_BITS);

@@ -45,12 +45,14 @@ static int wait_ms(int fd, long long *deadline, int ms)
 
 static int wait_either(struct sp_conn *c, int fd, long long *deadline)
 {
-	struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = sp_pairfd(c), .events = POLLIN } };
-	int ms = wait_ms(fd, deadline, atomic_load(&c->sh->state) == SP_PENDING ? 10 : -1);
+	struct pollfd p[2] = { { .fd = fd, .events = POLLIN } };
+	int ms = wait_ms(fd, deadline, atomic_load(&c->sh->state) == SP_PENDING ? 10 : -1), n = 1, pf = sp_pairfd(c);
 
 	if (ms == -EAGAIN)
 		return ms;
-	if (dsock_real.poll(p, p[1].fd >= 0 ? 2 : 1, ms) < 0)
+	if (pf >= 0)
+		n += c->pipe->waits(c, pf, POLLIN, &p[1]);
+	if (dsock_real.poll(p, (nfds_t)n, ms) < 0)
 		return -errno;
 	return 0;
 }
@@ -165,10 +167,12 @@ static ssize_t recv_pair(struct sp_conn *c, const struct msghdr *m, size_t skip,
 	} else {
 		pm.msg_iovlen = sp_iov_part(m, skip, want, v);
 	}
-	r = dsock_real.recvmsg(sp_pairfd(c), &pm, flags & (MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT));
+	r = c->pipe->recvmsg(c, sp_pairfd(c), &pm, flags & (MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT));
 	if (r > 0)
 		sp_count_carried(c);
-	return r < 0 ? -errno : r;
+	if (r > 0 && !(flags & MSG_PEEK))
+		atomic_fetch_add(&c->sh->pair_got, (uint64_t)r);
+	return r;
 }
 
 /* The pair reached its EOF (or the peer's reset): the kernel from here. */
@@ -259,7 +263,9 @@ ssize_t sp_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 				 * next, and a receive takes what is there (up to an
 				 * urgent mark), as one on the kernel would */
 				int mark = 0;
-				if (dsock_real.recv(sp_pairfd(c), &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+				struct iovec bv = { &b, 1 };
+				struct msghdr bm = { .msg_iov = &bv, .msg_iovlen = 1 };
+				if (c->pipe->recvmsg(c, sp_pairfd(c), &bm, MSG_PEEK | MSG_DONTWAIT) == 0) {
 					done += (size_t)r;
 					rx_back(c);
 					int inq = 0;

@@ -29,9 +29,12 @@
 #include "lib/transport/transport.h"
 #include "lib/sock/sock.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/types.h>
 
 #define SP_HELLO 0x3150534b434f5344ull /* "DSOCKSP1" */
 
@@ -47,6 +50,7 @@ struct sp_shared {
 	uint64_t kernel_sent;        /* bytes our sends gave the kernel (tx_mu) */
 	uint64_t kernel_got;         /* bytes our receives took from it (rx_mu) */
 	uint64_t until;              /* the peer's SWITCH count (rx_mu) */
+	_Atomic uint64_t pair_got;   /* data bytes taken from the pair */
 	unsigned hdr_len;            /* bytes of the next header read so far */
 	unsigned char hdr[8];
 	_Atomic int state;           /* enum sp_state */
@@ -56,7 +60,42 @@ struct sp_shared {
 	struct timeval rcvtimeo, sndtimeo; /* the application's, for the pair too */
 };
 
+struct sp_conn;
+
+/* The pipe: what carries the bytes of a paired connection, behind the
+ * protocol above.  Its semantics are an AF_UNIX stream socketpair's: a
+ * shut reading end makes the peer's sends fail (EPIPE), a close with the
+ * peer's bytes unread resets the peer's end (ECONNRESET, after what it
+ * holds), and an EOF follows a shut writing end or a close.  pf is the
+ * pipe's handle as loaded once by the caller (c->pairfd: -1 once closed,
+ * and every call then fails with -EBADF).  All return 0, a count or
+ * -errno. */
+struct sp_pipe_ops {
+	/* flags: MSG_DONTWAIT, MSG_MORE.  A blocking send keeps the
+	 * application's SO_SNDTIMEO (-EAGAIN past it) and ends at a signal
+	 * (-EINTR, or what it sent). */
+	ssize_t (*sendmsg)(struct sp_conn *c, int pf, const struct msghdr *m, int flags);
+	/* flags: MSG_PEEK, MSG_WAITALL, MSG_DONTWAIT; 0 at the EOF.  A
+	 * blocking receive keeps SO_RCVTIMEO and ends at a signal. */
+	ssize_t (*recvmsg)(struct sp_conn *c, int pf, struct msghdr *m, int flags);
+	int (*shutdown)(struct sp_conn *c, int pf, int how);
+	/* Bytes readable now. */
+	int (*inq)(struct sp_conn *c, int pf);
+	/* Of events (POLLIN, POLLOUT), plus POLLERR and POLLHUP: now. */
+	short (*poll)(struct sp_conn *c, int pf, short events);
+	/* What a poller sleeps on for events: fills w (at most one entry)
+	 * and returns how many. */
+	int (*waits)(struct sp_conn *c, int pf, short events, struct pollfd *w);
+	/* The application's timeouts (sh->rcvtimeo, sndtimeo) changed. */
+	void (*timeouts)(struct sp_conn *c, int pf);
+	void (*close)(struct sp_conn *c, int pf);
+};
+
+/* pipe_fd.c: the socketpair the daemon made, as it is. */
+extern const struct sp_pipe_ops sp_pipe_fd;
+
 struct sp_conn {
+	const struct sp_pipe_ops *pipe;
 	struct dsock_sock *sock;
 	struct sp_shared *sh;
 	int memfd;   /* the page: for an exec */
@@ -114,5 +153,7 @@ ssize_t sp_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
 /* ready.c */
 int sp_waits(struct dsock_sock *s, int fd, short events, struct pollfd *w);
 short sp_poll(struct dsock_sock *s, int fd, short events);
+/* The peer's data bytes that ever arrived in the pair. */
+uint64_t sp_rx_mark(struct dsock_sock *s);
 
 #endif
