@@ -3,7 +3,7 @@
 every file git tracks or would track (untracked files not ignored too):
 
 - a folder of the library includes only folders of its own rank or below:
-  base < ctl (the daemon client) < sock and the transport interface
+  base < ctl (the daemon client) and chan (channels) < sock and the transport interface
   (transport/transport.h, transport/registry.c) < each transport
   (transport/<name>/) < core < interpose; a transport includes no other
   transport; the daemon and the
@@ -30,7 +30,7 @@ def rank(path):
     """The layer of a path under src/ (a file or an included header)."""
     if path.startswith('lib/base/'):
         return 0
-    if path.startswith('lib/ctl/'):
+    if path.startswith('lib/ctl/') or path.startswith('lib/chan/'):
         return 1
     if path.startswith('lib/sock/') or path in ('lib/transport/transport.h', 'lib/transport/registry.c'):
         return 2

@@ -1,12 +1,13 @@
-/* The channel's core (src/lib/transport/channel/chan.h) over a TCP
+/* The channel's core (src/lib/chan/chan.h) over a TCP
  * connection on loopback: streams byte-exact under threads, credits (a
  * stream far larger than its ring), a slow reader that stalls only its
- * own stream, EOF and STOP, control frames owed while the frame ring is
+ * own stream, EOF and STOP (answered by the peer's EOF), a stream let go
+ * of with bytes unread (the peer's ECONNRESET), control frames owed while the frame ring is
  * full, a fork's two holders, a peer that breaks the rules (a length
  * past its credit, one that wraps), a peer that goes away, and state
  * that a holder scribbled on. */
 #include "unit.h"
-#include "lib/transport/channel/chan_int.h"
+#include "lib/chan/chan_int.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -344,7 +345,8 @@ static void *blocked_reader(void *arg)
 }
 
 /* A peek that waits for all at the channel's end returns what there is;
- * a reader blocked on a stream shut for reading returns 0 at once. */
+ * a reader blocked on a stream shut for reading returns 0 once the
+ * peer's answer (its EOF) is there. */
 static void ends(void)
 {
 	struct ch c[2];
@@ -367,9 +369,84 @@ static void ends(void)
 	usleep(50000);
 	t0 = mono_ns();
 	ASSERT_EQ(ch_shutdown(&c[1], 1, SHUT_RD), 0);
+	for (int i = 0; i < 100; i++) { /* (the peer reads the STOP and answers) */
+		ch_progress(&c[0]);
+		usleep(1000);
+	}
 	pthread_join(t, &r);
 	ASSERT_EQ((intptr_t)r, 0);
 	ASSERT_TRUE(mono_ns() - t0 < 1000000000);
+	ch_close(&c[0]);
+	ch_close(&c[1]);
+}
+
+/* SHUT_RD: what the peer sent before it read the STOP still arrives, in
+ * order, then its EOF; its sends fail from then on. */
+static void stop_flush(void)
+{
+	struct ch c[2];
+	char b[64];
+	struct iovec v = { b, 3 };
+
+	chans(c, 4);
+	memcpy(b, "abc", 3);
+	ASSERT_EQ(ch_send(&c[0], 1, &v, 1, 0, FOREVER), 3);
+	ASSERT_EQ(ch_shutdown(&c[1], 1, SHUT_RD), 0);
+	memcpy(b, "def", 3);
+	ASSERT_EQ(ch_send(&c[0], 1, &v, 1, 0, FOREVER), 3); /* (the STOP not read yet) */
+	ssize_t r = 0;
+	for (int i = 0; i < 1000 && r >= 0; i++) {
+		ch_progress(&c[0]);
+		r = ch_send(&c[0], 1, &v, 1, MSG_DONTWAIT, FOREVER);
+		usleep(100);
+	}
+	ASSERT_EQ(r, -EPIPE);
+	v.iov_len = sizeof(b);
+	memset(b, 0, sizeof(b));
+	ASSERT_EQ(ch_recv(&c[1], 1, &v, 1, MSG_WAITALL, mono_ns() + 2000000000LL), 6);
+	ASSERT_TRUE(!memcmp(b, "abcdef", 6));
+	ASSERT_EQ(ch_recv(&c[1], 1, &v, 1, 0, FOREVER), 0);
+	ch_close(&c[0]);
+	ch_close(&c[1]);
+}
+
+/* A stream let go of with bytes unread: its peer reads what came before,
+ * then ECONNRESET once (POLLERR until then), then the end; let go of with
+ * nothing unread: the end alone. */
+static void close_reset(void)
+{
+	struct ch c[2];
+	char b[64];
+	struct iovec v = { b, 3 };
+
+	chans(c, 4);
+	memcpy(b, "xyz", 3);
+	ASSERT_EQ(ch_send(&c[0], 1, &v, 1, 0, FOREVER), 3);
+	memcpy(b, "hi", 2);
+	v.iov_len = 2;
+	ASSERT_EQ(ch_send(&c[1], 1, &v, 1, 0, FOREVER), 2);
+	ASSERT_EQ(ch_send(&c[1], 2, &v, 1, 0, FOREVER), 2);
+	for (int i = 0; i < 1000 && ch_readable(&c[1], 1) < 3; i++) {
+		ch_progress(&c[1]);
+		usleep(100);
+	}
+	ASSERT_EQ(ch_readable(&c[1], 1), 3);
+	ASSERT_EQ(ch_close_stream(&c[1], 1), 0);
+	ASSERT_EQ(ch_close_stream(&c[1], 2), 0); /* (nothing unread on 2) */
+	short ev = 0;
+	for (int i = 0; i < 1000 && !(ev & POLLERR); i++) {
+		ev = ch_poll(&c[0], 1, POLLIN);
+		usleep(100);
+	}
+	ASSERT_EQ(ev & (POLLIN | POLLERR), POLLIN | POLLERR);
+	v.iov_len = sizeof(b);
+	ASSERT_EQ(ch_recv(&c[0], 1, &v, 1, 0, FOREVER), 2);
+	ASSERT_EQ(ch_recv(&c[0], 1, &v, 1, 0, FOREVER), -ECONNRESET);
+	ASSERT_EQ(ch_recv(&c[0], 1, &v, 1, 0, FOREVER), 0);
+	ASSERT_EQ(ch_poll(&c[0], 1, POLLIN) & POLLERR, 0);
+	ASSERT_EQ(ch_send(&c[0], 1, &v, 1, 0, FOREVER), -EPIPE);
+	ASSERT_EQ(ch_recv(&c[0], 2, &v, 1, 0, FOREVER), 2);
+	ASSERT_EQ(ch_recv(&c[0], 2, &v, 1, 0, FOREVER), 0);
 	ch_close(&c[0]);
 	ch_close(&c[1]);
 }
@@ -490,6 +567,8 @@ int main(void)
 	faults();
 	owed();
 	ends();
+	stop_flush();
+	close_reset();
 	lies();
 	idle();
 	pumper_dies();

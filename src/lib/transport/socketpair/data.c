@@ -323,6 +323,8 @@ int sp_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void *
 	return -ENOPROTOOPT; /* and the kernel's too */
 }
 
+#define HANDOVER_WAIT_NS (200 * 1000000LL)
+
 int sp_handover(struct dsock_sock *s, int fd)
 {
 	struct sp_conn *c = sp_conn(s);
@@ -333,14 +335,33 @@ int sp_handover(struct dsock_sock *s, int fd)
 	if (atomic_load(&sh->state) != SP_PAIRED)
 		return 0;
 	/* a holder without dsock reads the kernel alone: the pair must hold
-	 * nothing for it (no more can come: its reading end is shut) */
-	if (sp_lock(&sh->rx_mu) == 0) {
-		sp_read_headers(c);
-		sp_unlock(&sh->rx_mu);
+	 * nothing for it, and no more may come.  Nothing comes after the
+	 * pipe's EOF, which is there at once on a socketpair shut for
+	 * reading; on a channel's stream it is the peer's answer to our STOP
+	 * (what it sent before it read the STOP still arrives).  A peer that
+	 * does not answer in time: a reset, as bytes left unread make it. */
+	int64_t until = dsock_mono_ns() + HANDOVER_WAIT_NS;
+	for (;;) {
+		int pf = sp_pairfd(c);
+		char b;
+		struct iovec v = { &b, 1 };
+		struct msghdr pm = { .msg_iov = &v, .msg_iovlen = 1 };
+		if (sp_lock(&sh->rx_mu) == 0) {
+			sp_read_headers(c);
+			sp_unlock(&sh->rx_mu);
+		}
+		if ((rx = atomic_load(&sh->rx)) == SPRX_BACK)
+			break;
+		if ((left = c->pipe->inq(c, pf)) != 0)
+			return sp_reset(s, fd, DSOCK_R_HANDOVER_RESET);
+		ssize_t r = c->pipe->recvmsg(c, pf, &pm, MSG_PEEK | MSG_DONTWAIT);
+		if (r > 0 || (r == -EAGAIN && dsock_mono_ns() > until))
+			return sp_reset(s, fd, DSOCK_R_HANDOVER_RESET);
+		if (r != -EAGAIN)
+			break; /* its EOF (or its end) */
+		c->pipe->poll(c, pf, POLLIN); /* (a channel's reader takes what came) */
+		dsock_real.poll(NULL, 0, 1);
 	}
-	rx = atomic_load(&sh->rx);
-	if (rx != SPRX_BACK && ((left = c->pipe->inq(c, sp_pairfd(c))) < 0 || left > 0))
-		return sp_reset(s, fd, DSOCK_R_HANDOVER_RESET);
 	if (rx == SPRX_KERNEL || rx == SPRX_PAIR || rx == SPRX_HELLO || rx == SPRX_SWITCH)
 		atomic_store(&sh->rx, SPRX_BACK);
 	dsock_sock_rewatch(s);

@@ -93,9 +93,15 @@ struct sp_pipe_ops {
 
 /* pipe_fd.c: the socketpair the daemon made, as it is. */
 extern const struct sp_pipe_ops sp_pipe_fd;
+/* pipe_chan.c: a stream of a channel (lib/chan/chan.h): c->ch, c->st. */
+extern const struct sp_pipe_ops sp_pipe_chan;
+
+struct ch;
 
 struct sp_conn {
 	const struct sp_pipe_ops *pipe;
+	struct ch *ch; /* sp_pipe_chan's: the channel, and our stream on it */
+	unsigned st;
 	struct dsock_sock *sock;
 	struct sp_shared *sh;
 	int memfd;   /* the page: for an exec */

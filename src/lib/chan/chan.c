@@ -1,5 +1,5 @@
 /* The channel's core: its state, the frame ring and the reader (chan.h). */
-#include "lib/transport/channel/chan_int.h"
+#include "lib/chan/chan_int.h"
 #include "lib/base/pmutex.h"
 #include "lib/base/real.h"
 #include "common/rawsys.h"
@@ -221,12 +221,13 @@ static void control(struct ch *c, unsigned st, unsigned what)
 {
 	struct ch_stream *s = ch_stream_at(c, st);
 
-	if (!(s->owe & what) && ch_tx_room(c) >= CH_HDR) {
+	if (!(s->owe & what & 7) && ch_tx_room(c) >= CH_HDR) {
 		if (what == CH_OWE_CREDIT)
 			credit_frame(c, st);
+		else if (what == CH_OWE_EOF)
+			ch_tx_frame(c, st, CH_EOF, __atomic_load_n(&s->tx_sent, __ATOMIC_RELAXED));
 		else
-			ch_tx_frame(c, st, what == CH_OWE_EOF ? CH_EOF : CH_STOP,
-				    what == CH_OWE_EOF ? __atomic_load_n(&s->tx_sent, __ATOMIC_RELAXED) : 0);
+			ch_tx_frame(c, st, CH_STOP, what & CH_OWE_RESET ? CH_STOP_RESET : 0);
 		return;
 	}
 	if (!s->owe)
@@ -245,12 +246,14 @@ static void pay(struct ch *c)
 			continue;
 		if (ch_tx_room(c) < (uint64_t)n * CH_HDR)
 			return;
+		/* (a STOP before an EOF: a receiver finds the reset before
+		 * the end) */
 		if (owe & CH_OWE_CREDIT)
 			credit_frame(c, st);
+		if (owe & CH_OWE_STOP)
+			ch_tx_frame(c, st, CH_STOP, owe & CH_OWE_RESET ? CH_STOP_RESET : 0);
 		if (owe & CH_OWE_EOF)
 			ch_tx_frame(c, st, CH_EOF, __atomic_load_n(&s->tx_sent, __ATOMIC_RELAXED));
-		if (owe & CH_OWE_STOP)
-			ch_tx_frame(c, st, CH_STOP, 0);
 		s->owe = 0;
 		c->sh->owing--;
 	}
@@ -335,6 +338,31 @@ int ch_shutdown(struct ch *c, unsigned st, int how)
 	return 0;
 }
 
+int ch_close_stream(struct ch *c, unsigned st)
+{
+	struct ch_stream *s;
+	int r;
+
+	if (st >= c->nstreams)
+		return -EINVAL;
+	s = ch_stream_at(c, st);
+	if ((r = ch_lock(c, &c->sh->tx_mu, 0)))
+		return r;
+	unsigned unread = ch_readable(c, st) ? CH_OWE_RESET : 0;
+	if (!__atomic_exchange_n(&s->rx_discard, 1, __ATOMIC_ACQ_REL)) {
+		__atomic_store_n(&s->rx_stopped, 1, __ATOMIC_RELEASE);
+		control(c, st, CH_OWE_STOP | unread);
+	}
+	if (!__atomic_load_n(&s->tx_eof, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&s->tx_eof, 1, __ATOMIC_RELEASE);
+		control(c, st, CH_OWE_EOF);
+	}
+	ch_tx_flush(c);
+	pthread_mutex_unlock(&c->sh->tx_mu);
+	ch_bump(c);
+	return 0;
+}
+
 /* ---- the reader (rx_mu held) ---------------------------------------------- */
 
 /* One whole header in sh->hdr: 0, or -EPROTO (the peer broke a rule). */
@@ -380,22 +408,34 @@ static int on_header(struct ch *c)
 		__atomic_store_n(&s->rx_eof, 1, __ATOMIC_RELEASE);
 		return 0;
 	case CH_STOP:
+		if (arg & ~(uint64_t)CH_STOP_RESET)
+			return -EPROTO;
+		if (arg & CH_STOP_RESET)
+			__atomic_store_n(&s->rx_err, ECONNRESET, __ATOMIC_RELEASE);
 		__atomic_store_n(&s->tx_stopped, 1, __ATOMIC_RELEASE);
+		/* the answer: our EOF, after what we sent before this STOP */
+		if (ch_lock(c, &sh->tx_mu, 0) == 0) {
+			if (!__atomic_load_n(&s->tx_eof, __ATOMIC_RELAXED)) {
+				__atomic_store_n(&s->tx_eof, 1, __ATOMIC_RELEASE);
+				control(c, st, CH_OWE_EOF);
+				ch_tx_flush(c);
+			}
+			pthread_mutex_unlock(&sh->tx_mu);
+		}
 		return 0;
 	}
 	return -EPROTO;
 }
 
 /* Files n bytes of the current DATA frame (n <= READ_BUF <= CH_RING).  A
- * stream whose reader stopped keeps only its count: its readers take
- * nothing more (ch_recv), and the bytes are dropped. */
+ * stream our end let go of keeps only its count: the bytes are dropped. */
 static void file_data(struct ch *c, const unsigned char *p, size_t n)
 {
 	struct ch_stream *s = ch_stream_at(c, c->sh->cur);
 	uint64_t t = __atomic_load_n(&s->rx_tail, __ATOMIC_RELAXED), at = t % CH_RING;
 	size_t first = CH_RING - at < n ? (size_t)(CH_RING - at) : n;
 
-	if (!__atomic_load_n(&s->rx_stopped, __ATOMIC_ACQUIRE)) {
+	if (!__atomic_load_n(&s->rx_discard, __ATOMIC_ACQUIRE)) {
 		memcpy(ch_ring(c, c->sh->cur) + at, p, first);
 		memcpy(ch_ring(c, c->sh->cur), p + first, n - first);
 	}

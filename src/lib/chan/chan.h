@@ -10,7 +10,12 @@
  *   DATA    arg bytes of the stream
  *   CREDIT  arg: the bytes of the stream its receiver has consumed in all
  *   EOF     its sender writes no more on the stream (arg: bytes it sent)
- *   STOP    its receiver reads no more: the sender's next send fails (EPIPE)
+ *   STOP    its receiver asks for no more: the sender's sends fail (EPIPE)
+ *           from its receipt on, and the sender answers with its EOF, so
+ *           that the receiver reads all that was sent before it; arg:
+ *           CH_STOP_RESET when the receiver let go of the stream with
+ *           bytes unread (its sender's receive then reports ECONNRESET
+ *           after what it holds, as an AF_UNIX pair's does)
  * A sender has at most CH_RING bytes of a stream that its receiver has not
  * credited back, and the receiver has a ring of that size per stream, so
  * the channel's reader always has room for what arrives: reading never
@@ -59,12 +64,13 @@
 #include <sys/uio.h>
 
 #define CH_MAGIC   0x314e484b434f5344ull /* "DSOCKHN1" */
-#define CH_VERSION 1
+#define CH_VERSION 2 /* 2: STOP answered by EOF, its reset flag */
 #define CH_RING    (64u << 10)  /* a stream's receive ring, and its credit */
 #define CH_TXRING  (256u << 10) /* frames not yet taken by the socket */
 #define CH_HDR     16
 
 enum ch_type { CH_DATA = 1, CH_CREDIT = 2, CH_EOF = 3, CH_STOP = 4 };
+#define CH_STOP_RESET 1
 
 struct ch_stream {
 	/* input: filed by the pumper (rx_mu), consumed by readers (rd_mu) */
@@ -72,7 +78,9 @@ struct ch_stream {
 	uint64_t rx_head;    /* bytes consumed */
 	uint64_t credited;           /* rx_head as last told the peer (tx_mu) */
 	uint32_t rx_eof;     /* the peer's EOF is filed */
-	uint32_t rx_stopped; /* we sent STOP: input is discarded */
+	uint32_t rx_stopped; /* we sent STOP: the peer's EOF follows */
+	uint32_t rx_discard; /* we let go of the stream: input is dropped */
+	int32_t rx_err;      /* ECONNRESET from the peer's STOP, for one receive */
 	/* output (tx_mu) */
 	uint64_t tx_sent;    /* bytes framed */
 	uint64_t tx_acked;   /* the peer's latest CREDIT */
@@ -83,7 +91,7 @@ struct ch_stream {
 
 /* Control frames that found no room in the frame ring: owed, and written
  * by whoever next makes room (a stream owes at most one of each). */
-enum { CH_OWE_CREDIT = 1, CH_OWE_EOF = 2, CH_OWE_STOP = 4 };
+enum { CH_OWE_CREDIT = 1, CH_OWE_EOF = 2, CH_OWE_STOP = 4, CH_OWE_RESET = 8 /* (the STOP's flag) */ };
 
 struct ch_shared {
 	uint64_t magic;
@@ -133,10 +141,15 @@ void ch_close(struct ch *c);
  * peer's STOP or our EOF, -EINTR on a signal with nothing sent. */
 ssize_t ch_send(struct ch *c, unsigned st, const struct iovec *iov, int n, int flags, int64_t deadline);
 /* flags: MSG_DONTWAIT, MSG_PEEK, MSG_WAITALL, MSG_TRUNC (discards).
- * 0 at the stream's EOF. */
+ * 0 at the stream's EOF; -ECONNRESET once, where the peer let go of the
+ * stream with our bytes unread, after the bytes that came before. */
 ssize_t ch_recv(struct ch *c, unsigned st, const struct iovec *iov, int n, int flags, int64_t deadline);
-/* SHUT_WR: EOF; SHUT_RD: STOP (what arrives later is dropped). */
+/* SHUT_WR: EOF; SHUT_RD: STOP (what the peer sent before it read the
+ * STOP still arrives, then its EOF). */
 int ch_shutdown(struct ch *c, unsigned st, int how);
+/* Our end lets go of the stream: EOF, and STOP (with CH_STOP_RESET when
+ * bytes it holds are unread); what arrives later is dropped. */
+int ch_close_stream(struct ch *c, unsigned st);
 /* The stream's POLLIN, POLLOUT, POLLHUP, POLLRDHUP, POLLERR now (of events,
  * plus the last three), after taking what the socket has if no other
  * thread reads it. */

@@ -1,5 +1,5 @@
 /* The channel's waits and its streams' calls (chan.h). */
-#include "lib/transport/channel/chan_int.h"
+#include "lib/chan/chan_int.h"
 #include "lib/base/clock.h"
 #include "lib/base/real.h"
 #include "common/rawsys.h"
@@ -196,7 +196,8 @@ ssize_t ch_recv(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 			return done ? (ssize_t)done : r;
 		/* (the ends before the tail: a tail read after them holds all
 		 * that came before them) */
-		int stopped = __atomic_load_n(&s->rx_stopped, __ATOMIC_ACQUIRE);
+		int stopped = __atomic_load_n(&s->rx_discard, __ATOMIC_ACQUIRE);
+		int err = __atomic_load_n(&s->rx_err, __ATOMIC_ACQUIRE);
 		int eof = __atomic_load_n(&s->rx_eof, __ATOMIC_ACQUIRE) || __atomic_load_n(&c->sh->eof, __ATOMIC_ACQUIRE);
 		uint64_t head = __atomic_load_n(&s->rx_head, __ATOMIC_ACQUIRE), from = head + (peek ? done : 0);
 		uint64_t have = __atomic_load_n(&s->rx_tail, __ATOMIC_ACQUIRE) - from;
@@ -213,6 +214,12 @@ ssize_t ch_recv(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 			if (k && !peek)
 				__atomic_store_n(&s->rx_head, head + k, __ATOMIC_RELEASE);
 			done += k;
+		}
+		/* the peer's reset, once, after the bytes before it */
+		if (!stopped && !done && have == 0 && err && !peek &&
+		    __atomic_compare_exchange_n(&s->rx_err, &err, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+			pthread_mutex_unlock(&c->sh->rd_mu);
+			return -ECONNRESET;
 		}
 		end = stopped || (eof && have == k);
 		pthread_mutex_unlock(&c->sh->rd_mu);
@@ -244,6 +251,9 @@ ssize_t ch_send(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 		uint32_t seq0 = __atomic_load_n(&c->sh->seq, __ATOMIC_SEQ_CST);
 		int r, dead = __atomic_load_n(&c->sh->dead, __ATOMIC_ACQUIRE);
 
+		/* (a stream the peer stopped ended before the channel did) */
+		if (__atomic_load_n(&s->tx_stopped, __ATOMIC_ACQUIRE))
+			return -EPIPE;
 		if (dead)
 			return -dead;
 		if ((r = ch_lock(c, &c->sh->tx_mu, 0)))
@@ -298,7 +308,7 @@ size_t ch_readable(struct ch *c, unsigned st)
 	/* (head first: a tail read after it is never behind it) */
 	head = __atomic_load_n(&s->rx_head, __ATOMIC_ACQUIRE);
 	tail = __atomic_load_n(&s->rx_tail, __ATOMIC_ACQUIRE);
-	return __atomic_load_n(&s->rx_stopped, __ATOMIC_ACQUIRE) || tail - head > CH_RING ? 0 : (size_t)(tail - head);
+	return __atomic_load_n(&s->rx_discard, __ATOMIC_ACQUIRE) || tail - head > CH_RING ? 0 : (size_t)(tail - head);
 }
 
 short ch_poll(struct ch *c, unsigned st, short events)
@@ -311,13 +321,21 @@ short ch_poll(struct ch *c, unsigned st, short events)
 	s = ch_stream_at(c, st);
 	ch_progress(c);
 	int dead = __atomic_load_n(&c->sh->dead, __ATOMIC_ACQUIRE), eof = __atomic_load_n(&c->sh->eof, __ATOMIC_ACQUIRE);
-	int in_end = eof || __atomic_load_n(&s->rx_eof, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->rx_stopped, __ATOMIC_ACQUIRE);
-	if (ch_readable(c, st) || in_end || dead)
+	int in_end = eof || __atomic_load_n(&s->rx_eof, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->rx_discard, __ATOMIC_ACQUIRE);
+	/* a stream whose two ends the peer ended before the channel died
+	 * (both its frames filed) keeps its own state */
+	if (dead && (__atomic_load_n(&s->rx_eof, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->rx_discard, __ATOMIC_ACQUIRE)) &&
+	    __atomic_load_n(&s->tx_stopped, __ATOMIC_ACQUIRE))
+		dead = 0;
+	int err = __atomic_load_n(&s->rx_err, __ATOMIC_ACQUIRE);
+	if (ch_readable(c, st) || in_end || dead || err)
 		rev |= POLLIN;
 	if (in_end)
 		rev |= POLLRDHUP;
+	if (dead || err)
+		rev |= POLLERR;
 	if (dead)
-		rev |= POLLERR | POLLHUP;
+		rev |= POLLHUP;
 	else if (eof || (in_end && (__atomic_load_n(&s->tx_eof, __ATOMIC_ACQUIRE) ||
 				    __atomic_load_n(&s->tx_stopped, __ATOMIC_ACQUIRE))))
 		rev |= POLLHUP;

@@ -3,7 +3,7 @@
 #ifndef DSOCK_CHAN_INT_H
 #define DSOCK_CHAN_INT_H
 
-#include "lib/transport/channel/chan.h"
+#include "lib/chan/chan.h"
 
 /* (st < c->nstreams: the callers check) */
 static inline struct ch_stream *ch_stream_at(const struct ch *c, unsigned st)
