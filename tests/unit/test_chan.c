@@ -419,7 +419,7 @@ static void close_reset(void)
 	char b[64];
 	struct iovec v = { b, 3 };
 
-	chans(c, 4);
+	chans(c, 8);
 	memcpy(b, "xyz", 3);
 	ASSERT_EQ(ch_send(&c[0], 1, &v, 1, 0, FOREVER), 3);
 	memcpy(b, "hi", 2);
@@ -447,6 +447,25 @@ static void close_reset(void)
 	ASSERT_EQ(ch_send(&c[0], 1, &v, 1, 0, FOREVER), -EPIPE);
 	ASSERT_EQ(ch_recv(&c[0], 2, &v, 1, 0, FOREVER), 2);
 	ASSERT_EQ(ch_recv(&c[0], 2, &v, 1, 0, FOREVER), 0);
+	/* bytes still in the socket when their stream is let go of are
+	 * unread too; so are bytes sent after it was (in flight) */
+	v.iov_len = 3;
+	ASSERT_EQ(ch_send(&c[0], 3, &v, 1, 0, FOREVER), 3);
+	usleep(2000);
+	ASSERT_EQ(ch_close_stream(&c[1], 3), 0);
+	ASSERT_EQ(ch_close_stream(&c[1], 4), 0);
+	ASSERT_EQ(ch_send(&c[0], 4, &v, 1, 0, FOREVER), 3); /* (the STOP not read yet) */
+	v.iov_len = sizeof(b);
+	for (int st = 3; st <= 4; st++) {
+		ssize_t r = -EAGAIN;
+		for (int i = 0; i < 2000 && r == -EAGAIN; i++) {
+			ch_progress(&c[1]);
+			r = ch_recv(&c[0], (unsigned)st, &v, 1, MSG_DONTWAIT, FOREVER);
+			usleep(100);
+		}
+		ASSERT_EQ(r, -ECONNRESET);
+		ASSERT_EQ(ch_recv(&c[0], (unsigned)st, &v, 1, 0, FOREVER), 0);
+	}
 	ch_close(&c[0]);
 	ch_close(&c[1]);
 }

@@ -221,7 +221,8 @@ static void control(struct ch *c, unsigned st, unsigned what)
 {
 	struct ch_stream *s = ch_stream_at(c, st);
 
-	if (!(s->owe & what & 7) && ch_tx_room(c) >= CH_HDR) {
+	/* (behind frames it owes already: a stream's frames keep their order) */
+	if (!s->owe && ch_tx_room(c) >= CH_HDR) {
 		if (what == CH_OWE_CREDIT)
 			credit_frame(c, st);
 		else if (what == CH_OWE_EOF)
@@ -346,10 +347,11 @@ int ch_close_stream(struct ch *c, unsigned st)
 	if (st >= c->nstreams)
 		return -EINVAL;
 	s = ch_stream_at(c, st);
+	ch_progress(c); /* (what the socket holds for it counts as unread too) */
 	if ((r = ch_lock(c, &c->sh->tx_mu, 0)))
 		return r;
 	unsigned unread = ch_readable(c, st) ? CH_OWE_RESET : 0;
-	if (!__atomic_exchange_n(&s->rx_discard, 1, __ATOMIC_ACQ_REL)) {
+	if (!__atomic_exchange_n(&s->rx_discard, unread ? 2 : 1, __ATOMIC_ACQ_REL)) {
 		__atomic_store_n(&s->rx_stopped, 1, __ATOMIC_RELEASE);
 		control(c, st, CH_OWE_STOP | unread);
 	}
@@ -428,13 +430,23 @@ static int on_header(struct ch *c)
 }
 
 /* Files n bytes of the current DATA frame (n <= READ_BUF <= CH_RING).  A
- * stream our end let go of keeps only its count: the bytes are dropped. */
+ * stream our end let go of keeps only its count: the bytes are dropped,
+ * and bytes that arrive after a STOP without the reset flag (they were in
+ * the socket when our end let go) get the peer a STOP with it: unread
+ * bytes make the close a reset (rx_discard 2: the flag went). */
 static void file_data(struct ch *c, const unsigned char *p, size_t n)
 {
 	struct ch_stream *s = ch_stream_at(c, c->sh->cur);
 	uint64_t t = __atomic_load_n(&s->rx_tail, __ATOMIC_RELAXED), at = t % CH_RING;
 	size_t first = CH_RING - at < n ? (size_t)(CH_RING - at) : n;
+	uint32_t one = 1;
 
+	if (__atomic_compare_exchange_n(&s->rx_discard, &one, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+	    ch_lock(c, &c->sh->tx_mu, 0) == 0) {
+		control(c, c->sh->cur, CH_OWE_STOP | CH_OWE_RESET);
+		ch_tx_flush(c);
+		pthread_mutex_unlock(&c->sh->tx_mu);
+	}
 	if (!__atomic_load_n(&s->rx_discard, __ATOMIC_ACQUIRE)) {
 		memcpy(ch_ring(c, c->sh->cur) + at, p, first);
 		memcpy(ch_ring(c, c->sh->cur), p + first, n - first);

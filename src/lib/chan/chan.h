@@ -79,7 +79,8 @@ struct ch_stream {
 	uint64_t credited;           /* rx_head as last told the peer (tx_mu) */
 	uint32_t rx_eof;     /* the peer's EOF is filed */
 	uint32_t rx_stopped; /* we sent STOP: the peer's EOF follows */
-	uint32_t rx_discard; /* we let go of the stream: input is dropped */
+	uint32_t rx_discard; /* we let go of the stream: input is dropped (2:
+			      * our STOP said reset) */
 	int32_t rx_err;      /* ECONNRESET from the peer's STOP, for one receive */
 	/* output (tx_mu) */
 	uint64_t tx_sent;    /* bytes framed */

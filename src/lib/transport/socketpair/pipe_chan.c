@@ -62,6 +62,7 @@ static int chan_inq(struct sp_conn *c, int pf)
 
 	if (pf < 0)
 		return -EBADF;
+	ch_progress(c->ch); /* (what the socket holds counts too) */
 	n = ch_readable(c->ch, c->st);
 	return n > INT_MAX ? INT_MAX : (int)n;
 }

@@ -62,10 +62,12 @@ static int pair_readable(struct sp_conn *c, int pf)
  * itself), the half-processed state is the peer's reset, whose other CPU
  * may be preempted for milliseconds, so it is asked again for up to
  * SETTLE_NS; otherwise a few times only, since a connection this end reset
- * by connect(AF_UNSPEC) stays so. */
+ * by connect(AF_UNSPEC) stays so.  An error that is no reset (a queued
+ * timestamp, a soft ICMP error) shows the same way and stays: the long
+ * asking is spent once until the state has changed (*spent). */
 #define SETTLE_NS 20000000LL
 
-static void kernel_events(struct pollfd *k, int settled)
+static void kernel_events(struct pollfd *k, int settled, int *spent)
 {
 	short asked = k->events;
 	int64_t until = 0;
@@ -74,18 +76,22 @@ static void kernel_events(struct pollfd *k, int settled)
 	for (int i = 0;; i++) {
 		if (dsock_real.poll(k, 1, 0) < 0)
 			k->revents = 0;
-		if (!(k->revents & (POLLERR | POLLHUP)) || (k->revents & POLLRDHUP))
+		if (!(k->revents & (POLLERR | POLLHUP)) || (k->revents & POLLRDHUP)) {
+			*spent = 0;
 			break;
-		if (i >= 4 && !settled)
+		}
+		if (i >= 4 && (!settled || *spent))
 			break;
 		if (i < 4) {
 			sched_yield();
 			continue;
 		}
-		if (!until)
+		if (!until) {
 			until = dsock_mono_ns() + SETTLE_NS;
-		else if (dsock_mono_ns() > until)
+		} else if (dsock_mono_ns() > until) {
+			*spent = 1;
 			break;
+		}
 		struct timespec ts = { 0, 50000 };
 		nanosleep(&ts, NULL);
 	}
@@ -93,15 +99,25 @@ static void kernel_events(struct pollfd *k, int settled)
 	k->revents &= (short)(asked | POLLERR | POLLHUP | POLLNVAL);
 }
 
+/* (data bytes taken, then the bytes waiting: the sum never goes back.
+ * Waiting bytes count once the peer's headers are read, as they are data
+ * then; a read between the two looks is looked at again) */
 uint64_t sp_rx_mark(struct dsock_sock *s)
 {
 	struct sp_conn *c = sp_conn(s);
-	int pf = c ? sp_pairfd(c) : -1, n;
+	int pf = c ? sp_pairfd(c) : -1;
 
 	if (!c)
 		return 0;
-	n = pf >= 0 && atomic_load(&c->sh->state) == SP_PAIRED ? c->pipe->inq(c, pf) : 0;
-	return atomic_load(&c->sh->pair_got) + (uint64_t)(n > 0 ? n : 0);
+	for (int i = 0; i < 4; i++) {
+		uint64_t got = atomic_load(&c->sh->pair_got);
+		int rx = atomic_load(&c->sh->rx), n = 0;
+		if (pf >= 0 && atomic_load(&c->sh->state) == SP_PAIRED && (rx == SPRX_KERNEL || rx == SPRX_PAIR))
+			n = c->pipe->inq(c, pf);
+		if (atomic_load(&c->sh->pair_got) == got)
+			return got + (uint64_t)(n > 0 ? n : 0);
+	}
+	return 0; /* (unknown: reported) */
 }
 
 short sp_poll(struct dsock_sock *s, int fd, short events)
@@ -130,7 +146,7 @@ short sp_poll(struct dsock_sock *s, int fd, short events)
 	/* the peer ends the pair before its kernel socket: an end seen in
 	 * the kernel is in the pair by then */
 	int r = 0;
-	kernel_events(&k, rx == SPRX_PAIR);
+	kernel_events(&k, rx == SPRX_PAIR, &c->settle_spent);
 	if (rx == SPRX_PAIR && (events & IN_BITS))
 		r = pair_readable(c, pf);
 	out = (short)(k.revents & ~(IN_BITS | OUT_BITS));

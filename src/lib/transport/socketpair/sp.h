@@ -108,6 +108,7 @@ struct sp_conn {
 	int pairfd;  /* our end of the pair, -1 until paired */
 	int role;
 	int carried; /* moved bytes through the pair in this process */
+	int settle_spent; /* ready.c: a settle ran out; not again until the state changes */
 	int counted_back;
 	_Atomic int offer_done; /* the daemon answered (and let go of its copy) */
 	long long pending_since; /* mono ns of the offer; 0: no answer expected */
