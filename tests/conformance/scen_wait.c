@@ -76,6 +76,35 @@ SCEN(ppoll_sigmask)
 	R("ppoll 10ms", ppoll(&p, 1, &(struct timespec){ 0, 10000000 }, NULL));
 }
 
+/* select takes microseconds past a second (whole seconds more); a
+ * negative time is EINVAL.  A message read partly leaves the rest for the
+ * wait to find. */
+STREAM_SCEN(select_usec_past_a_second)
+{
+	fd_set r;
+	struct timeval tv = { 0, 1500000 };
+	char b[8];
+	int c, s;
+
+	fam_pair(f, &c, &s);
+	send(c, "abcd", 4, 0);
+	wait_fd(s, POLLIN, 2000);
+	R("recv 1", recv(s, b, 1, 0));
+	FD_ZERO(&r);
+	FD_SET(s, &r);
+	R("select, 1,500,000 us", select(s + 1, &r, NULL, NULL, &tv));
+	out("r %d", FD_ISSET(s, &r));
+	R("recv the rest", recv(s, b, sizeof(b), 0));
+	FD_ZERO(&r);
+	FD_SET(s, &r);
+	tv = (struct timeval){ 0, 1100000 };
+	send(c, "e", 1, 0);
+	R("select, 1,100,000 us, data on its way", select(s + 1, &r, NULL, NULL, &tv));
+	out("r %d", FD_ISSET(s, &r));
+	tv = (struct timeval){ 0, -1 };
+	R("select, negative", select(s + 1, &r, NULL, NULL, &tv));
+}
+
 STREAM_SCEN(select_sets)
 {
 	fd_set r, w;

@@ -11,6 +11,7 @@
 #include "lib/transport/transport.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <linux/tcp.h> /* the kernel's tcp_info: byte counters */
 #include <netinet/in.h>
 #include <stddef.h>
@@ -312,8 +313,10 @@ int dsock_ready_select(int n, fd_set *rd, fd_set *w, fd_set *e, const struct tim
 	 * is on a transport: it spins there, and sleeps cold, so that an
 	 * attach meanwhile counts it as a sleeper: light.h) */
 	int blocks = is_pselect ? !t || t->tv_sec || t->tv_nsec : !tv || tv->tv_sec || tv->tv_usec;
+	/* (select takes microseconds past a second, as whole seconds more;
+	 * pselect's timespec must be normalized) */
 	int bad = is_pselect ? t && (t->tv_sec < 0 || t->tv_nsec < 0 || t->tv_nsec >= 1000000000L)
-			     : tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000L);
+			     : tv && (tv->tv_sec < 0 || tv->tv_usec < 0);
 	if (n < 0 || n > FD_SETSIZE || bad ||
 	    (!blocks && atomic_load_explicit(&dsock_fastpath_conns, memory_order_relaxed) == 0 &&
 	     atomic_load_explicit(&dsock_hidden_readable, memory_order_relaxed) == 0 &&
@@ -331,7 +334,8 @@ int dsock_ready_select(int n, fd_set *rd, fd_set *w, fd_set *e, const struct tim
 	if (is_pselect) {
 		r = dsock_ready_poll(p, (nfds_t)np, t, m, 1, 0);
 	} else {
-		int ms = tv ? (int)(tv->tv_sec * 1000 + (tv->tv_usec + 999) / 1000) : -1;
+		long long lms = tv ? (long long)tv->tv_sec * 1000 + (tv->tv_usec + 999) / 1000 : -1;
+		int ms = lms > INT_MAX ? INT_MAX : (int)lms;
 		r = dsock_ready_poll(p, (nfds_t)np, NULL, NULL, 0, ms);
 		if (r >= 0 && tv && r == 0)
 			tv->tv_sec = tv->tv_usec = 0; /* Linux reports the time left */
