@@ -162,7 +162,9 @@ struct dsock_msg_result {
 	uint32_t side;      /* PAIRED: 0 or 1, which half of the memfd is ours */
 	uint32_t reason;    /* KERNEL: enum dsock_reason; PEER without a
 			     * socket: why (an errno) */
-	uint32_t ring_size; /* PAIRED, FETCHED: shm's bytes per direction */
+	uint32_t ring_size; /* PAIRED, FETCHED: shm's bytes per direction;
+			     * socketpair's PAIRED: 1 when the pair is
+			     * framed as a channel */
 	uint32_t link;      /* PAIRED: the link of the two processes (0:
 			     * none); LINK: the link given (its memfd
 			     * attached), or without a memfd: the other

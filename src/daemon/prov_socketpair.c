@@ -5,25 +5,34 @@
  * AF_UNIX stream socketpair, side 0 the first.  The daemon lets go of them
  * once delivered: each end's close must reach the other (its EOF is part
  * of the transport's protocol, lib/transport/socketpair/sp.h), so a
- * FETCH finds none; an exec hands the end over itself. */
+ * FETCH finds none; an exec hands the end over itself.  With
+ * DSOCK_SP_PIPE=channel in the daemon's environment the two ends frame
+ * the pair as a channel of one stream (lib/chan/chan.h): the RESULT says
+ * so (ring_size 1), so both ends take the same word. */
 #include "daemon/provision.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 static unsigned long n_conns;
+static int framed = -1;
 
 static int sp_make(struct dd_pair *x, const struct dd_reply_to *to[2], struct dsock_msg_result r[2])
 {
 	int sv[2];
 
 	(void)to;
-	(void)r;
+	if (framed < 0) {
+		const char *p = getenv("DSOCK_SP_PIPE");
+		framed = p && !strcmp(p, "channel");
+	}
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		return -errno;
+	r[0].ring_size = r[1].ring_size = (uint32_t)framed;
 	x->fd[0] = sv[0];
 	x->fd[1] = sv[1];
 	n_conns++;
@@ -49,7 +58,7 @@ static void sp_stat(char *buf, size_t n)
 {
 	size_t l = strlen(buf);
 
-	snprintf(buf + l, n - l, " socketpair_conns=%lu", n_conns);
+	snprintf(buf + l, n - l, " socketpair_conns=%lu socketpair_framed=%d", n_conns, framed > 0);
 }
 
 const struct dd_provision dd_prov_socketpair = {

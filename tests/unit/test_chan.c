@@ -470,6 +470,101 @@ static void close_reset(void)
 	ch_close(&c[1]);
 }
 
+static int readable_now(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
+/* A stream's level eventfds follow its state: IN from an arrival (a new
+ * count at each) until it is read, and from the EOF on; OUT while the
+ * credit lasts, back once the reader credits; the IN level's mark. */
+static void levels(void)
+{
+	struct ch c[2];
+	unsigned char *b = malloc(CH_RING);
+	struct iovec v = { b, 5 };
+	int lv[2], lw[2];
+	uint64_t n;
+
+	chans(c, 4);
+	ASSERT_EQ(ch_levels(&c[1], 1, lv), 0);
+	ASSERT_EQ(ch_levels(&c[0], 1, lw), 0);
+	ASSERT_EQ(readable_now(lv[0]), 0);
+	ASSERT_EQ(readable_now(lw[1]), 1); /* (credit: a send would not wait) */
+	memcpy(b, "hello", 5);
+	ASSERT_EQ(ch_send(&c[0], 1, &v, 1, 0, FOREVER), 5);
+	for (int i = 0; i < 1000 && !readable_now(lv[0]); i++) {
+		ch_progress(&c[1]);
+		usleep(100);
+	}
+	ASSERT_EQ(readable_now(lv[0]), 1);
+	ASSERT_EQ(ch_recv(&c[1], 1, &v, 1, 0, FOREVER), 5);
+	ASSERT_EQ(readable_now(lv[0]), 0);
+	/* a second arrival writes a new count (an edge) though still readable */
+	ASSERT_EQ(ch_send(&c[0], 1, &v, 1, 0, FOREVER), 5);
+	for (int i = 0; i < 1000 && !readable_now(lv[0]); i++) {
+		ch_progress(&c[1]);
+		usleep(100);
+	}
+	ASSERT_EQ(read(lv[0], &n, sizeof(n)), (ssize_t)sizeof(n)); /* (takes the count: a poller's edge) */
+	ASSERT_EQ(ch_send(&c[0], 1, &v, 1, 0, FOREVER), 5);
+	for (int i = 0; i < 1000 && !readable_now(lv[0]); i++) {
+		ch_progress(&c[1]);
+		usleep(100);
+	}
+	ASSERT_EQ(readable_now(lv[0]), 1);
+	v.iov_len = 10;
+	ASSERT_EQ(ch_recv(&c[1], 1, &v, 1, MSG_WAITALL, FOREVER), 10);
+	ASSERT_EQ(readable_now(lv[0]), 0);
+	/* the mark: 3 bytes do not make it readable, 8 do */
+	ch_set_lowat(&c[1], 1, 8);
+	v.iov_len = 3;
+	ASSERT_EQ(ch_send(&c[0], 1, &v, 1, 0, FOREVER), 3);
+	for (int i = 0; i < 50; i++) {
+		ch_progress(&c[1]);
+		usleep(100);
+	}
+	ASSERT_EQ(readable_now(lv[0]), 0);
+	v.iov_len = 5;
+	ASSERT_EQ(ch_send(&c[0], 1, &v, 1, 0, FOREVER), 5);
+	for (int i = 0; i < 1000 && !readable_now(lv[0]); i++) {
+		ch_progress(&c[1]);
+		usleep(100);
+	}
+	ASSERT_EQ(readable_now(lv[0]), 1);
+	v.iov_len = 8;
+	ASSERT_EQ(ch_recv(&c[1], 1, &v, 1, MSG_WAITALL, FOREVER), 8);
+	ch_set_lowat(&c[1], 1, 0);
+	/* OUT: a full credit's worth unread makes it unwritable, until read */
+	for (int i = 0; i < 50; i++) { /* (the reader's credits back first) */
+		ch_progress(&c[0]);
+		usleep(100);
+	}
+	v.iov_len = CH_RING;
+	ssize_t sent = ch_send(&c[0], 1, &v, 1, MSG_DONTWAIT, FOREVER);
+	ASSERT_EQ(sent, CH_RING);
+	ASSERT_EQ(readable_now(lw[1]), 0);
+	v.iov_len = sent > 0 ? (size_t)sent : 1;
+	ASSERT_EQ(ch_recv(&c[1], 1, &v, 1, MSG_WAITALL, mono_ns() + 2000000000LL), sent);
+	for (int i = 0; i < 1000 && !readable_now(lw[1]); i++) {
+		ch_progress(&c[0]);
+		usleep(100);
+	}
+	ASSERT_EQ(readable_now(lw[1]), 1);
+	/* the EOF makes IN readable for good */
+	ASSERT_EQ(ch_shutdown(&c[0], 1, SHUT_WR), 0);
+	for (int i = 0; i < 1000 && !readable_now(lv[0]); i++) {
+		ch_progress(&c[1]);
+		usleep(100);
+	}
+	ASSERT_EQ(readable_now(lv[0]), 1);
+	free(b);
+	ch_close(&c[0]);
+	ch_close(&c[1]);
+}
+
 /* A DATA length that wraps the credit check kills the channel; so does
  * state a holder scribbled on (the parser's place), without a crash. */
 static void lies(void)
@@ -588,6 +683,7 @@ int main(void)
 	ends();
 	stop_flush();
 	close_reset();
+	levels();
 	lies();
 	idle();
 	pumper_dies();

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -92,6 +93,7 @@ static int map(struct ch *c, int fd, int memfd, int nudge)
 	c->fd = fd;
 	c->memfd = memfd;
 	c->nudge = nudge;
+	c->lvl = NULL;
 	return 0;
 }
 
@@ -165,6 +167,13 @@ void ch_close(struct ch *c)
 	if (c->nudge >= 0)
 		dsock_real.close(c->nudge);
 	c->fd = c->memfd = c->nudge = -1;
+	if (c->lvl) {
+		for (unsigned i = 0; i < 2 * c->nstreams; i++)
+			if (c->lvl[i] >= 0)
+				dsock_real.close(c->lvl[i]);
+		free(c->lvl);
+		c->lvl = NULL;
+	}
 }
 
 /* ---- frames out (tx_mu held) ---------------------------------------------- */
@@ -325,6 +334,9 @@ int ch_shutdown(struct ch *c, unsigned st, int how)
 	s = ch_stream_at(c, st);
 	if ((r = ch_lock(c, &c->sh->tx_mu, 0)))
 		return r;
+	if (how & CH_SHUT_RD_NOW)
+		__atomic_store_n(&s->rx_nowait, 1, __ATOMIC_RELEASE);
+	how &= ~CH_SHUT_RD_NOW;
 	if ((how == SHUT_WR || how == SHUT_RDWR) && !__atomic_load_n(&s->tx_eof, __ATOMIC_RELAXED)) {
 		__atomic_store_n(&s->tx_eof, 1, __ATOMIC_RELEASE);
 		control(c, st, CH_OWE_EOF);
@@ -336,6 +348,7 @@ int ch_shutdown(struct ch *c, unsigned st, int how)
 	ch_tx_flush(c);
 	pthread_mutex_unlock(&c->sh->tx_mu);
 	ch_bump(c); /* (a reader that waits sees its end) */
+	ch_levels_all(c, 0);
 	return 0;
 }
 
@@ -362,6 +375,7 @@ int ch_close_stream(struct ch *c, unsigned st)
 	ch_tx_flush(c);
 	pthread_mutex_unlock(&c->sh->tx_mu);
 	ch_bump(c);
+	ch_levels_all(c, 0);
 	return 0;
 }
 
@@ -509,5 +523,8 @@ ssize_t ch_pump_locked(struct ch *c)
 	}
 	if (total)
 		ch_bump(c);
+	/* (what arrived, or the channel's end, moves the streams' levels) */
+	if (c->lvl && (total || r == 0 || __atomic_load_n(&sh->dead, __ATOMIC_ACQUIRE)))
+		ch_levels_all(c, total > 0);
 	return total;
 }

@@ -65,7 +65,7 @@
 
 #define CH_MAGIC   0x314e484b434f5344ull /* "DSOCKHN1" */
 #define CH_VERSION 2 /* 2: STOP answered by EOF, its reset flag */
-#define CH_RING    (64u << 10)  /* a stream's receive ring, and its credit */
+#define CH_RING    (128u << 10) /* a stream's receive ring, and its credit */
 #define CH_TXRING  (256u << 10) /* frames not yet taken by the socket */
 #define CH_HDR     16
 
@@ -82,12 +82,16 @@ struct ch_stream {
 	uint32_t rx_discard; /* we let go of the stream: input is dropped (2:
 			      * our STOP said reset) */
 	int32_t rx_err;      /* ECONNRESET from the peer's STOP, for one receive */
+	uint32_t rx_nowait;  /* shut with CH_SHUT_RD_NOW: an empty ring reads 0 */
+	uint32_t rx_lowat;   /* ch_set_lowat: the IN level's mark */
 	/* output (tx_mu) */
 	uint64_t tx_sent;    /* bytes framed */
 	uint64_t tx_acked;   /* the peer's latest CREDIT */
 	uint32_t tx_eof;     /* we sent EOF (or owe it) */
 	uint32_t tx_stopped; /* the peer's STOP is filed */
 	uint32_t owe;        /* control frames owed, CH_OWE_* (tx_mu) */
+	uint32_t lvl_in;     /* its IN level eventfd holds a count (rd_mu) */
+	uint32_t lvl_out;    /* its OUT level eventfd holds a count (tx_mu) */
 };
 
 /* Control frames that found no room in the frame ring: owed, and written
@@ -125,6 +129,8 @@ struct ch {
 	 * which any holder may scribble on */
 	unsigned nstreams;
 	uint64_t streams_off, rings_off, txring_off, size;
+	/* level eventfds (level.c): two per stream, -1 until made; NULL: none */
+	int *lvl;
 };
 
 /* A new channel over socket fd with room for nstreams streams: maps a
@@ -146,7 +152,10 @@ ssize_t ch_send(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
  * stream with our bytes unread, after the bytes that came before. */
 ssize_t ch_recv(struct ch *c, unsigned st, const struct iovec *iov, int n, int flags, int64_t deadline);
 /* SHUT_WR: EOF; SHUT_RD: STOP (what the peer sent before it read the
- * STOP still arrives, then its EOF). */
+ * STOP still arrives, then its EOF).  With CH_SHUT_RD_NOW in how, a
+ * receive that finds nothing returns 0 at once from then on, a waiting one
+ * too (the application's own SHUT_RD; what arrives later is read later). */
+#define CH_SHUT_RD_NOW 0x100
 int ch_shutdown(struct ch *c, unsigned st, int how);
 /* Our end lets go of the stream: EOF, and STOP (with CH_STOP_RESET when
  * bytes it holds are unread); what arrives later is dropped. */
@@ -159,6 +168,22 @@ short ch_poll(struct ch *c, unsigned st, short events);
 int ch_tx_pending(const struct ch *c);
 /* Bytes readable on the stream now. */
 size_t ch_readable(struct ch *c, unsigned st);
+/* 1 once nothing more can arrive on the stream: the peer's EOF is filed,
+ * our end let go of it, or the channel ended. */
+int ch_ended(struct ch *c, unsigned st);
+/* The stream's level eventfds, made at the first call (before a fork, so
+ * that every holder shares them): fds[0] is readable while a receive
+ * would not wait (bytes, the EOF, a reset, the channel's end), and gets a
+ * new count at every arrival (a wake-up for edge-triggered pollers);
+ * fds[1] is readable while a send would not wait.  A poller sleeps on
+ * them and on the channel's socket (someone must read it).  0 or -errno. */
+int ch_levels(struct ch *c, unsigned st, int fds[2]);
+/* The IN level is readable from n bytes on (the application's
+ * SO_RCVLOWAT; the EOF and the errors still make it readable). */
+void ch_set_lowat(struct ch *c, unsigned st, unsigned n);
+/* In a new program (exec): the stream's level eventfds as the old one
+ * made them (ours from now on).  0 or -errno. */
+int ch_adopt_levels(struct ch *c, unsigned st, const int fds[2]);
 /* Takes what the socket has and writes what the frame ring holds, without
  * waiting, if no other thread does: 0, or -errno once the channel is dead. */
 int ch_progress(struct ch *c);

@@ -41,6 +41,13 @@ void ch_bump(struct ch *c);
 void ch_tx_put(struct ch *c, const void *p, size_t n);
 void ch_tx_frame(struct ch *c, unsigned st, unsigned type, uint64_t arg);
 int ch_tx_flush(struct ch *c);
+/* The stream's level eventfds follow its state (level.c; no-ops without
+ * them).  ch_level_in with rd_mu held (arrival: a new count even when
+ * already readable), ch_level_out with tx_mu held; ch_levels_all takes
+ * the locks itself (the caller holds neither rd_mu nor tx_mu). */
+void ch_level_in(struct ch *c, unsigned st, int arrival);
+void ch_level_out(struct ch *c, unsigned st);
+void ch_levels_all(struct ch *c, int arrival);
 /* Tells the peer what the stream's reader consumed, when worth a frame. */
 void ch_credit(struct ch *c, unsigned st);
 /* (rx_mu held) reads what the socket has, without waiting, and files it:

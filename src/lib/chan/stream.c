@@ -36,6 +36,9 @@ static void flush(struct ch *c)
 {
 	if (ch_tx_pending(c) && ch_lock(c, &c->sh->tx_mu, 1) == 0) {
 		ch_tx_flush(c);
+		/* (room in the frame ring moves the OUT levels) */
+		for (unsigned st = 0; c->lvl && st < c->nstreams; st++)
+			ch_level_out(c, st);
 		pthread_mutex_unlock(&c->sh->tx_mu);
 	}
 }
@@ -218,10 +221,13 @@ ssize_t ch_recv(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 		/* the peer's reset, once, after the bytes before it */
 		if (!stopped && !done && have == 0 && err && !peek &&
 		    __atomic_compare_exchange_n(&s->rx_err, &err, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+			ch_level_in(c, st, 0);
 			pthread_mutex_unlock(&c->sh->rd_mu);
 			return -ECONNRESET;
 		}
-		end = stopped || (eof && have == k);
+		end = stopped || ((eof || __atomic_load_n(&s->rx_nowait, __ATOMIC_ACQUIRE)) && have == k);
+		if (k && !peek)
+			ch_level_in(c, st, 0);
 		pthread_mutex_unlock(&c->sh->rd_mu);
 		if (k && !peek)
 			ch_credit(c, st);
@@ -282,6 +288,7 @@ ssize_t ch_send(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 			}
 			__atomic_store_n(&s->tx_sent, sent + k, __ATOMIC_RELEASE);
 			ch_tx_flush(c);
+			ch_level_out(c, st);
 			uint64_t end = __atomic_load_n(&c->sh->tx_tail, __ATOMIC_RELAXED);
 			pthread_mutex_unlock(&c->sh->tx_mu);
 			if (!(flags & MSG_DONTWAIT))
@@ -289,6 +296,7 @@ ssize_t ch_send(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 			return (ssize_t)k;
 		}
 		ch_tx_flush(c);
+		ch_level_out(c, st);
 		pthread_mutex_unlock(&c->sh->tx_mu);
 		if (flags & MSG_DONTWAIT)
 			return -EAGAIN;
@@ -311,6 +319,17 @@ size_t ch_readable(struct ch *c, unsigned st)
 	return __atomic_load_n(&s->rx_discard, __ATOMIC_ACQUIRE) || tail - head > CH_RING ? 0 : (size_t)(tail - head);
 }
 
+int ch_ended(struct ch *c, unsigned st)
+{
+	struct ch_stream *s;
+
+	if (st >= c->nstreams)
+		return 1;
+	s = ch_stream_at(c, st);
+	return __atomic_load_n(&s->rx_eof, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->rx_discard, __ATOMIC_ACQUIRE) ||
+	       __atomic_load_n(&c->sh->eof, __ATOMIC_ACQUIRE) || __atomic_load_n(&c->sh->dead, __ATOMIC_ACQUIRE);
+}
+
 short ch_poll(struct ch *c, unsigned st, short events)
 {
 	struct ch_stream *s;
@@ -321,7 +340,8 @@ short ch_poll(struct ch *c, unsigned st, short events)
 	s = ch_stream_at(c, st);
 	ch_progress(c);
 	int dead = __atomic_load_n(&c->sh->dead, __ATOMIC_ACQUIRE), eof = __atomic_load_n(&c->sh->eof, __ATOMIC_ACQUIRE);
-	int in_end = eof || __atomic_load_n(&s->rx_eof, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->rx_discard, __ATOMIC_ACQUIRE);
+	int in_end = eof || __atomic_load_n(&s->rx_eof, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->rx_discard, __ATOMIC_ACQUIRE) ||
+		     __atomic_load_n(&s->rx_nowait, __ATOMIC_ACQUIRE);
 	/* a stream whose two ends the peer ended before the channel died
 	 * (both its frames filed) keeps its own state */
 	if (dead && (__atomic_load_n(&s->rx_eof, __ATOMIC_ACQUIRE) || __atomic_load_n(&s->rx_discard, __ATOMIC_ACQUIRE)) &&

@@ -165,7 +165,7 @@ struct dsock_transport {
 #define DSOCK_ESLOW (-5000)
 
 #define DSOCK_TRANSPORTS_MAX 4
-#define DSOCK_WAITS_MAX 2
+#define DSOCK_WAITS_MAX 4
 
 /* Calls init of each transport the library is built with (registry.c)
  * and registers those that take part.  Start-up only. */

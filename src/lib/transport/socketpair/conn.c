@@ -2,6 +2,7 @@
  * daemon's answer, the shared state page, going back, reset, fork, exec,
  * release. */
 #include "lib/transport/socketpair/sp.h"
+#include "lib/chan/chan.h"
 #include "lib/base/pmutex.h"
 #include "lib/ctl/ctl.h"
 #include "lib/sock/sock.h"
@@ -211,6 +212,22 @@ static void on_result(const struct dsock_msg_result *r, int fd)
 	}
 	sh = c->sh;
 	dsock_real.fcntl(fd, F_SETFD, FD_CLOEXEC);
+	if (r->ring_size == 1) {
+		/* the daemon framed the pair as a channel of one stream */
+		struct ch *ch = malloc(sizeof(*ch));
+		if (!ch || ch_create(ch, fd, 1)) {
+			free(ch);
+			dsock_real.close(fd);
+			refuse(c, DSOCK_R_RESOURCE);
+			return;
+		}
+		c->ch = ch;
+		c->st = 0;
+		c->pipe = &sp_pipe_chan;
+		atomic_store(&sh->holders, 1);
+		int lv[2];
+		ch_levels(ch, 0, lv); /* (now: a fork's processes share them) */
+	}
 	/* the application's timeouts hold for the waits on the pair too */
 	if (sh->rcvtimeo.tv_sec || sh->rcvtimeo.tv_usec || sh->sndtimeo.tv_sec || sh->sndtimeo.tv_usec)
 		c->pipe->timeouts(c, fd);
@@ -223,7 +240,8 @@ static void on_result(const struct dsock_msg_result *r, int fd)
 	if (c->pipe->sendmsg(c, fd, &hm, MSG_DONTWAIT) != (ssize_t)sizeof(hello))
 		atomic_store(&sh->tx, SPTX_BACK); /* it cannot switch: the kernel carries our bytes */
 	atomic_store(&sh->state, SP_PAIRED);
-	DSOCK_DBG("sock %llu paired through a socketpair (side %u)", (unsigned long long)r->sock_id, r->side);
+	DSOCK_DBG("sock %llu paired through a socketpair (side %u)%s", (unsigned long long)r->sock_id, r->side,
+		  c->ch ? ", framed as a channel" : "");
 	dsock_sock_rewatch(c->sock);
 }
 
@@ -335,6 +353,7 @@ static void sp_release(struct dsock_sock *s)
 		unlink_pending(c);
 	if (c->pairfd >= 0)
 		c->pipe->close(c, c->pairfd);
+	free(c->ch);
 	munmap(c->sh, PAGE);
 	dsock_real.close(c->memfd);
 	free(c);
@@ -344,8 +363,28 @@ static void sp_release(struct dsock_sock *s)
 /* An answer still pending reaches only this process: the child could not
  * read the pair its parent would, so such a connection stays on the kernel
  * in both. */
+static unsigned fork_gen;
+
+/* A framed pair gains a holder, the child (counted before the fork, so
+ * that neither process's close can miss it; a fork that fails leaves one
+ * too many, and the stream then ends with the channel's socket). */
+static void count_child(int fd, struct dsock_sock *s, void *arg)
+{
+	struct sp_conn *c;
+
+	(void)fd;
+	(void)arg;
+	if (__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) != &dsock_socketpair_transport || !(c = sp_conn(s)) || !c->ch ||
+	    c->fork_gen == fork_gen)
+		return;
+	c->fork_gen = fork_gen;
+	atomic_fetch_add(&c->sh->holders, 1);
+}
+
 static void sp_fork_prepare(void)
 {
+	fork_gen++;
+	dsock_fdt_walk(count_child, NULL);
 	pthread_mutex_lock(&pending_mu);
 	for (struct sp_conn *c = pending; c; c = c->next)
 		atomic_store(&c->sh->refuse, DSOCK_R_FORKED);
@@ -375,7 +414,11 @@ struct exec_walk {
 	const struct dsock_exec_target *target;
 	int runs_dsock; /* -1: not known yet */
 	int restore;
+	int started;    /* (restore) a spawned child runs */
+	int new_holder; /* the new program runs in a process not counted yet */
 };
+
+static unsigned exec_mark;
 
 static void exec_one(int fd, struct dsock_sock *s, void *arg)
 {
@@ -385,10 +428,22 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 
 	if (__atomic_load_n(&s->tp, __ATOMIC_ACQUIRE) != &dsock_socketpair_transport || !(c = sp_conn(s)))
 		return;
+	int lv[2] = { -1, -1 };
+	if (c->ch && ch_levels(c->ch, c->st, lv))
+		lv[0] = lv[1] = -1;
+	/* a pipe framed as a channel hands over the channel's state, its
+	 * nudge and the stream's levels too */
+	int extra[4] = { c->ch ? c->ch->memfd : -1, c->ch ? c->ch->nudge : -1, lv[0], lv[1] };
 	if (w->restore) {
+		if (c->exec_counted == exec_mark && !w->started) /* no new holder after all */
+			atomic_fetch_sub(&c->sh->holders, 1);
+		c->exec_counted = 0;
 		if (c->pairfd >= 0)
 			dsock_real.fcntl(c->pairfd, F_SETFD, FD_CLOEXEC);
 		dsock_real.fcntl(c->memfd, F_SETFD, FD_CLOEXEC);
+		for (int i = 0; i < 4; i++)
+			if (extra[i] >= 0)
+				dsock_real.fcntl(extra[i], F_SETFD, FD_CLOEXEC);
 		return;
 	}
 	if (atomic_load(&c->sh->state) != SP_PAIRED) {
@@ -397,26 +452,43 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 	}
 	if ((runs = dsock_exec_passes(fd, w->target, &w->runs_dsock)) < 0)
 		return;
-	len = runs ? snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%d", w->used ? "," : "", fd,
-				       c->pairfd, c->memfd)
-			    : -1;
+	if (c->ch && (extra[0] < 0 || extra[1] < 0 || extra[2] < 0 || extra[3] < 0))
+		runs = 0;
+	if (!runs)
+		len = -1;
+	else if (c->ch)
+		len = snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%d:%d:%d:%d:%d", w->used ? "," : "", fd,
+			       c->pairfd, c->memfd, extra[0], extra[1], extra[2], extra[3]);
+	else
+		len = snprintf(w->buf + w->used, w->n - w->used, "%s%d:%d:%d", w->used ? "," : "", fd, c->pairfd,
+			       c->memfd);
 	if (len < 0 || (size_t)len >= w->n - w->used) {
 		sp_handover(s, fd);
 		return;
 	}
 	dsock_real.fcntl(c->pairfd, F_SETFD, 0);
 	dsock_real.fcntl(c->memfd, F_SETFD, 0);
+	for (int i = 0; c->ch && i < 4; i++)
+		dsock_real.fcntl(extra[i], F_SETFD, 0);
 	w->used += (size_t)len;
+	/* a spawned child or a vfork child's program holds it too (one count
+	 * for several fds) */
+	if (c->ch && w->new_holder && c->exec_counted != exec_mark) {
+		atomic_fetch_add(&c->sh->holders, 1);
+		c->exec_counted = exec_mark;
+	}
 }
 
 static size_t sp_exec_env(char *buf, size_t n, int spawn, const struct dsock_exec_target *t)
 {
 	static const char name[] = "DSOCK_EXEC_SOCKETPAIR=";
+	/* a vfork child (our memory, its own process) is a new holder too */
 	struct exec_walk w = { .buf = buf + sizeof(name) - 1, .n = n - (sizeof(name) - 1), .target = t,
-			       .runs_dsock = -1 };
+			       .runs_dsock = -1, .new_holder = spawn || !dsock_table_owner() };
 
 	if (n <= sizeof(name))
 		return 0;
+	exec_mark++;
 	dsock_fdt_walk(exec_one, &w);
 	if (!w.used)
 		return 0;
@@ -426,9 +498,9 @@ static size_t sp_exec_env(char *buf, size_t n, int spawn, const struct dsock_exe
 
 static void sp_exec_done(int started)
 {
-	struct exec_walk w = { .restore = 1 };
+	struct exec_walk w = { .restore = 1, .started = started };
 
-	(void)started; /* the parent's copies close either way */
+	/* (the parent's copies close either way) */
 	dsock_fdt_walk(exec_one, &w);
 }
 
@@ -440,7 +512,7 @@ static int take(int fd, int *used, int *nused)
 	for (int i = 0; i < *nused; i++)
 		if (used[i] == fd)
 			return dsock_real.fcntl(fd, F_DUPFD_CLOEXEC, fd + 1);
-	if (*nused < 64)
+	if (*nused < 448)
 		used[(*nused)++] = fd;
 	dsock_real.fcntl(fd, F_SETFD, FD_CLOEXEC);
 	return fd;
@@ -451,7 +523,7 @@ static int take(int fd, int *used, int *nused)
 static void sp_adopt(void)
 {
 	const char *env = getenv("DSOCK_EXEC_SOCKETPAIR");
-	int handed[128], nhanded = 0, used[64], nused = 0;
+	int handed[448], nhanded = 0, used[448], nused = 0;
 	char copy[1024];
 
 	if (!env)
@@ -459,20 +531,45 @@ static void sp_adopt(void)
 	snprintf(copy, sizeof(copy), "%s", env);
 	unsetenv("DSOCK_EXEC_SOCKETPAIR");
 	for (char *save, *e = strtok_r(copy, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
-		int fd, pairfd, memfd, pf = -1, mf = -1;
+		int fd, pairfd, memfd, pf = -1, mf = -1, x[4] = { -1, -1, -1, -1 }, got[4] = { -1, -1, -1, -1 };
 		struct dsock_sock *s;
 		struct sp_conn *c = NULL;
+		struct ch *ch = NULL;
 
-		if (sscanf(e, "%d:%d:%d", &fd, &pairfd, &memfd) != 3)
+		int nf = sscanf(e, "%d:%d:%d:%d:%d:%d:%d", &fd, &pairfd, &memfd, &x[0], &x[1], &x[2], &x[3]);
+		if (nf != 3 && nf != 7)
 			continue;
-		for (int i = 0; i < 2 && nhanded < 128; i++)
+		for (int i = 0; i < 2 && nhanded < 448; i++)
 			handed[nhanded++] = i ? memfd : pairfd;
+		for (int i = 0; nf == 7 && i < 4 && nhanded < 448; i++)
+			handed[nhanded++] = x[i];
 		s = dsock_fdt_get(fd);
 		if (s && !s->tp) {
 			pf = take(pairfd, used, &nused);
 			mf = take(memfd, used, &nused);
+			for (int i = 0; nf == 7 && i < 4; i++)
+				got[i] = take(x[i], used, &nused);
+		}
+		/* a framed pair: the channel's state, nudge and levels */
+		if (nf == 7 && pf >= 0 && got[0] >= 0 && got[1] >= 0 && got[2] >= 0 && got[3] >= 0 &&
+		    (ch = calloc(1, sizeof(*ch))) && ch_attach(ch, pf, got[0], got[1]) == 0) {
+			ch_adopt_levels(ch, 0, &got[2]);
+		} else if (nf == 7) {
+			free(ch);
+			ch = NULL;
+			for (int i = 0; i < 4; i++)
+				if (got[i] >= 0)
+					dsock_real.close(got[i]);
+			if (pf >= 0)
+				dsock_real.close(pf);
+			pf = -1;
 		}
 		if (pf >= 0 && mf >= 0 && (c = map_conn(s, mf))) {
+			if (ch) {
+				c->ch = ch;
+				c->st = 0;
+				c->pipe = &sp_pipe_chan;
+			}
 			c->pairfd = pf;
 			c->carried = 1; /* counted by the old program */
 			c->counted_back = 1;
@@ -480,6 +577,11 @@ static void sp_adopt(void)
 			s->state = DSOCK_ST_CONNECTED;
 			dsock_sock_attach(s, &dsock_socketpair_transport, c);
 		} else {
+			if (ch) {
+				ch_close(ch); /* (its socket is pf) */
+				free(ch);
+				pf = -1;
+			}
 			if (pf >= 0)
 				dsock_real.close(pf);
 			if (mf >= 0)

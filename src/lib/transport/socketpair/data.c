@@ -68,6 +68,8 @@ void sp_read_headers(struct sp_conn *c)
 
 		if (n == -EAGAIN)
 			return;
+		if (n == 0 && !c->pipe->ended(c, pf))
+			return; /* (shut by the application: its header may come yet) */
 		if (n <= 0) { /* the peer went back before switching: all its bytes are the kernel's */
 			atomic_store(&sh->rx, SPRX_BACK);
 			return;
@@ -259,6 +261,8 @@ int sp_shutdown(struct dsock_sock *s, int fd, int how)
 	struct sp_conn *c = sp_conn(s);
 	int pf = sp_pairfd(c);
 
+	if (how == SHUT_RD || how == SHUT_RDWR)
+		atomic_store(&c->sh->app_shut_rd, 1);
 	if ((how == SHUT_RD || how == SHUT_RDWR) && pf >= 0)
 		c->pipe->shutdown(c, pf, SHUT_RD);
 	if (how == SHUT_WR || how == SHUT_RDWR)
@@ -308,8 +312,13 @@ int sp_sockopt(struct dsock_sock *s, int fd, int set, int level, int opt, void *
 		/* the kernel applies it to the bytes it holds: it carries them */
 		if (dsock_real.setsockopt(fd, level, opt, val, *len) < 0)
 			return -errno;
-		if (*len >= (socklen_t)sizeof(int) && *(int *)val > 1)
-			sp_go_back(c, DSOCK_R_RCVLOWAT);
+		if (*len >= (socklen_t)sizeof(int)) {
+			atomic_store(&c->sh->lowat, *(int *)val > 1 ? *(int *)val : 0);
+			if (sp_pairfd(c) >= 0)
+				c->pipe->lowat(c, sp_pairfd(c));
+			if (*(int *)val > 1)
+				sp_go_back(c, DSOCK_R_RCVLOWAT);
+		}
 		return 0;
 	}
 	if ((opt == SO_RCVTIMEO || opt == SO_SNDTIMEO) && *len >= (socklen_t)sizeof(struct timeval)) {
@@ -357,7 +366,7 @@ int sp_handover(struct dsock_sock *s, int fd)
 		ssize_t r = c->pipe->recvmsg(c, pf, &pm, MSG_PEEK | MSG_DONTWAIT);
 		if (r > 0 || (r == -EAGAIN && dsock_mono_ns() > until))
 			return sp_reset(s, fd, DSOCK_R_HANDOVER_RESET);
-		if (r != -EAGAIN)
+		if (r != -EAGAIN && (r != 0 || c->pipe->ended(c, pf)))
 			break; /* its EOF (or its end) */
 		c->pipe->poll(c, pf, POLLIN); /* (a channel's reader takes what came) */
 		dsock_real.poll(NULL, 0, 1);

@@ -60,6 +60,21 @@ static void fd_timeouts(struct sp_conn *c, int pf)
 	dsock_real.setsockopt(pf, SOL_SOCKET, SO_SNDTIMEO, &sh->sndtimeo, sizeof(sh->sndtimeo));
 }
 
+/* (the pair is shut for reading by then: its bytes are only those sent
+ * before, and none come after them) */
+static void fd_lowat(struct sp_conn *c, int pf)
+{
+	(void)c;
+	(void)pf;
+}
+
+static int fd_ended(struct sp_conn *c, int pf)
+{
+	(void)c;
+	(void)pf;
+	return 1;
+}
+
 static void fd_close(struct sp_conn *c, int pf)
 {
 	(void)c;
@@ -74,5 +89,7 @@ const struct sp_pipe_ops sp_pipe_fd = {
 	.poll = fd_poll,
 	.waits = fd_waits,
 	.timeouts = fd_timeouts,
+	.ended = fd_ended,
+	.lowat = fd_lowat,
 	.close = fd_close,
 };

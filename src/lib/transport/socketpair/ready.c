@@ -26,8 +26,16 @@ int sp_waits(struct dsock_sock *s, int fd, short events, struct pollfd *w)
 
 	/* the kernel's socket: its own events (our bytes before the switch,
 	 * the peer's after its move back, FIN, RST, urgent data), except
-	 * room to send while we send through the pair */
-	w[n++] = (struct pollfd){ .fd = fd, .events = (short)(paired && tx == SPTX_PAIR ? events & ~OUT_BITS : events) };
+	 * room to send while we send through the pair, and what the peer
+	 * sends while we read the pair: its bytes there come after the
+	 * pair's EOF (which wakes us), and an asynchronous pipe's EOF may
+	 * come after them */
+	short kev = events;
+	if (paired && tx == SPTX_PAIR)
+		kev &= (short)~OUT_BITS;
+	if (paired && rx == SPRX_PAIR)
+		kev &= (short)~(IN_BITS | POLLRDHUP);
+	w[n++] = (struct pollfd){ .fd = fd, .events = kev };
 	if (!paired)
 		return n;
 	/* the pair: the peer's headers and bytes until its EOF, and room */
@@ -40,7 +48,8 @@ int sp_waits(struct dsock_sock *s, int fd, short events, struct pollfd *w)
 	return n;
 }
 
-/* 1 if the pair has bytes to read; 0 if not; -1 at its EOF or reset. */
+/* 1 if the pair has bytes to read (or reads 0 now: the application shut
+ * its reading); 0 if not; -1 at its EOF or reset. */
 static int pair_readable(struct sp_conn *c, int pf)
 {
 	char b;
@@ -48,7 +57,7 @@ static int pair_readable(struct sp_conn *c, int pf)
 	struct msghdr m = { .msg_iov = &v, .msg_iovlen = 1 };
 	ssize_t r = c->pipe->recvmsg(c, pf, &m, MSG_PEEK | MSG_DONTWAIT);
 
-	if (r > 0)
+	if (r > 0 || (r == 0 && !c->pipe->ended(c, pf)))
 		return 1;
 	return r == -EAGAIN ? 0 : -1;
 }
@@ -150,6 +159,9 @@ short sp_poll(struct dsock_sock *s, int fd, short events)
 	if (rx == SPRX_PAIR && (events & IN_BITS))
 		r = pair_readable(c, pf);
 	out = (short)(k.revents & ~(IN_BITS | OUT_BITS));
+	/* SO_RCVLOWAT over the pipe's bytes and the kernel's after them */
+	if (rx == SPRX_PAIR && (events & IN_BITS) && r > 0 && sp_lowat_met(c, fd, SIZE_MAX) == 0)
+		r = 0;
 	if (rx == SPRX_PAIR && (events & IN_BITS)) {
 		if (r < 0) {
 			/* the peer went back: what the kernel holds is next */

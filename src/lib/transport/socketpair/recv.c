@@ -207,6 +207,45 @@ static ssize_t peek_all(struct dsock_sock *s, int fd, struct msghdr *m, int flag
 	}
 }
 
+int sp_lowat_met(struct sp_conn *c, int fd, size_t want)
+{
+	int lowat = atomic_load(&c->sh->lowat), pf = sp_pairfd(c), p, k = 0;
+
+	if (lowat <= 1 || atomic_load(&c->sh->rx) != SPRX_PAIR || atomic_load(&c->sh->state) != SP_PAIRED || pf < 0)
+		return -1;
+	if ((p = c->pipe->inq(c, pf)) < 0)
+		return -1;
+	/* (the kernel's bytes come after the pipe's EOF, and count then; at
+	 * the kernel's end no mark holds) */
+	if (c->pipe->ended(c, pf)) {
+		struct pollfd e = { .fd = fd, .events = POLLRDHUP };
+		if (!p || (dsock_real.poll(&e, 1, 0) == 1 && (e.revents & (POLLRDHUP | POLLERR | POLLHUP))))
+			return -1; /* (the kernel's alone: its own mark) */
+		if (dsock_real.ioctl(fd, SIOCINQ, &k) < 0)
+			k = 0;
+	}
+	return (size_t)p + (size_t)k >= (want < (size_t)lowat ? want : (size_t)lowat);
+}
+
+/* A blocking receive while sp_lowat_met applies: waits until it is met,
+ * the deadline (-EAGAIN) or a signal (-EINTR); 0 to go on. */
+static int lowat_wait(struct sp_conn *c, int fd, size_t want, long long *deadline)
+{
+	int met;
+
+	while ((met = sp_lowat_met(c, fd, want)) == 0) {
+		struct pollfd p[DSOCK_WAITS_MAX] = { { .fd = fd, .events = POLLIN } };
+		int n = 1, pf = sp_pairfd(c), ms = wait_ms(fd, deadline, 10);
+		if (ms == -EAGAIN)
+			return ms;
+		if (pf >= 0)
+			n += c->pipe->waits(c, pf, POLLIN, &p[1]);
+		if (dsock_real.poll(p, (nfds_t)n, ms) < 0 && errno == EINTR && !dsock_signals_restart())
+			return -EINTR;
+	}
+	return 0;
+}
+
 ssize_t sp_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 {
 	struct sp_conn *c = sp_conn(s);
@@ -223,6 +262,11 @@ ssize_t sp_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 	if ((flags & (MSG_PEEK | MSG_WAITALL)) == (MSG_PEEK | MSG_WAITALL) && atomic_load(&sh->rx) != SPRX_BACK &&
 	    atomic_load(&sh->state) != SP_REFUSED)
 		return peek_all(s, fd, m, flags, want, nb);
+	if (!nb && !(flags & MSG_WAITALL)) {
+		int w = lowat_wait(c, fd, want, &deadline);
+		if (w)
+			return w;
+	}
 	for (;;) {
 		int rx = atomic_load(&sh->rx), again = 0, state = atomic_load(&sh->state);
 		int one = (flags & ~MSG_WAITALL) | nb;
@@ -248,6 +292,8 @@ ssize_t sp_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 		}
 		if (rx == SPRX_PAIR && state == SP_PAIRED) {
 			r = recv_pair(c, m, done, flags | nb);
+			if (r == 0 && !c->pipe->ended(c, sp_pairfd(c)))
+				return (ssize_t)done; /* shut by the application, nothing there now */
 			if (r == 0 || r == -ECONNRESET) {
 				/* its EOF or the peer's reset: the kernel's word now
 				 * (on a reset, once its RST is there) */
@@ -265,7 +311,8 @@ ssize_t sp_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 				int mark = 0;
 				struct iovec bv = { &b, 1 };
 				struct msghdr bm = { .msg_iov = &bv, .msg_iovlen = 1 };
-				if (c->pipe->recvmsg(c, sp_pairfd(c), &bm, MSG_PEEK | MSG_DONTWAIT) == 0) {
+				if (c->pipe->recvmsg(c, sp_pairfd(c), &bm, MSG_PEEK | MSG_DONTWAIT) == 0 &&
+				    c->pipe->ended(c, sp_pairfd(c))) {
 					done += (size_t)r;
 					rx_back(c);
 					int inq = 0;

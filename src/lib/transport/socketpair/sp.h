@@ -57,6 +57,9 @@ struct sp_shared {
 	_Atomic int tx, rx;          /* enum sp_tx, enum sp_rx */
 	_Atomic int back_reason;     /* why it went back (enum dsock_reason) */
 	_Atomic int refuse;          /* a reason: an answer still pending must not attach */
+	_Atomic int app_shut_rd;     /* the application shut its reading */
+	_Atomic int holders;         /* processes holding a framed pair (a fork's) */
+	_Atomic int lowat;           /* the application's SO_RCVLOWAT (above 1) */
 	struct timeval rcvtimeo, sndtimeo; /* the application's, for the pair too */
 };
 
@@ -83,13 +86,23 @@ struct sp_pipe_ops {
 	int (*inq)(struct sp_conn *c, int pf);
 	/* Of events (POLLIN, POLLOUT), plus POLLERR and POLLHUP: now. */
 	short (*poll)(struct sp_conn *c, int pf, short events);
-	/* What a poller sleeps on for events: fills w (at most one entry)
-	 * and returns how many. */
+	/* What a poller sleeps on for events: fills w (at most
+	 * SP_PIPE_WAITS entries) and returns how many. */
 	int (*waits)(struct sp_conn *c, int pf, short events, struct pollfd *w);
 	/* The application's timeouts (sh->rcvtimeo, sndtimeo) changed. */
 	void (*timeouts)(struct sp_conn *c, int pf);
+	/* The application's SO_RCVLOWAT (sh->lowat) changed: what a poller
+	 * sleeps on wakes from that many bytes on. */
+	void (*lowat)(struct sp_conn *c, int pf);
+	/* 1 if a receive's 0 is the pipe's EOF (nothing more can come), 0 if
+	 * it only says that nothing is there after the application shut its
+	 * reading (sh->app_shut_rd: what the peer sent before it learnt of
+	 * it may still come, and is read then, as TCP's is). */
+	int (*ended)(struct sp_conn *c, int pf);
 	void (*close)(struct sp_conn *c, int pf);
 };
+
+#define SP_PIPE_WAITS (DSOCK_WAITS_MAX - 1) /* (the kernel's socket is one) */
 
 /* pipe_fd.c: the socketpair the daemon made, as it is. */
 extern const struct sp_pipe_ops sp_pipe_fd;
@@ -108,6 +121,8 @@ struct sp_conn {
 	int pairfd;  /* our end of the pair, -1 until paired */
 	int role;
 	int carried; /* moved bytes through the pair in this process */
+	unsigned fork_gen; /* the fork that counted this process's copy */
+	unsigned exec_counted; /* the exec attempt that counted a new holder */
 	int settle_spent; /* ready.c: a settle ran out; not again until the state changes */
 	int counted_back;
 	_Atomic int offer_done; /* the daemon answered (and let go of its copy) */
@@ -156,6 +171,12 @@ void sp_read_headers(struct sp_conn *c);
 
 /* recv.c */
 ssize_t sp_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
+/* While the pipe still holds the peer's bytes after SO_RCVLOWAT sent it
+ * back (an asynchronous pipe's bytes come until the peer's EOF): the bytes
+ * readable in order now, the pipe's and (once it ended) the kernel's, and
+ * whether that meets the low mark for a receive of want bytes; -1 when no
+ * mark applies. */
+int sp_lowat_met(struct sp_conn *c, int fd, size_t want);
 
 /* ready.c */
 int sp_waits(struct dsock_sock *s, int fd, short events, struct pollfd *w);
