@@ -138,6 +138,8 @@ static inline struct sp_conn *sp_conn(struct dsock_sock *s)
 }
 
 /* conn.c */
+/* A connection on the page in memfd (ours from now on), or NULL. */
+struct sp_conn *sp_map_conn(struct dsock_sock *s, int memfd);
 int sp_lock(pthread_mutex_t *m);
 void sp_unlock(pthread_mutex_t *m);
 /* While the answer is pending: deliver the daemon's mail. */
@@ -168,6 +170,12 @@ void sp_go_back(struct sp_conn *c, unsigned reason);
 int sp_handover(struct dsock_sock *s, int fd);
 /* Reads the peer's headers that have arrived (rx_mu held). */
 void sp_read_headers(struct sp_conn *c);
+
+/* exec.c: the transport's exec_env, exec_done and adopt */
+struct dsock_exec_target;
+size_t sp_exec_env(char *buf, size_t n, int spawn, const struct dsock_exec_target *t);
+void sp_exec_done(int started);
+void sp_adopt(void);
 
 /* recv.c */
 ssize_t sp_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags);
