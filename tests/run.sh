@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The whole default test run (about 13 minutes here; DSOCK_TEST_JOBS
+# The whole default test run (about 15 minutes here; DSOCK_TEST_JOBS
 # scenarios of the conformance suite at once, 8 by default):
 #   unit tests, plain, under ASan+UBSan and under TSan (the threaded
 #   fast-path test among them); the export list; the source layout; the
 #   conformance suite (every scenario natively and under dsock: fast path
 #   on, its connections going back to the kernel mid-stream with epoll
 #   ghosts off, fast path off, bells off; the TCP ones over
-#   the test transport socketpair; the TCP ones with client and server in
+#   the test transport socketpair, plain and framed as channels; the TCP ones with client and server in
 #   two network namespaces, over a bridge and through DNAT) and its harness
 #   self-tests; the daemon and CLI; faults and resource exhaustion; the
 #   proof across network namespaces (BPF: veth, DNAT, two tenants); a
@@ -114,6 +114,26 @@ conformance_socketpair() {
 		"$BUILD/tests/conf-scen"
 }
 
+# The same over a channel's stream (src/lib/chan/): a daemon of its own,
+# told by DSOCK_SP_PIPE=channel to frame each pair as a channel of one
+# stream, which its `dsock stat --raw` must say (a daemon already running
+# without it would leave the pairs plain); the same known differences.
+conformance_framed() {
+	local sock="$RUNDIR/framed/dsockd.sock" rc
+	mkdir -p "$RUNDIR/framed/rec"
+	DSOCK_SOCKET="$sock" DSOCK_SP_PIPE=channel DSOCK_FASTPATH=1 DSOCK_TRANSPORTS=socketpair \
+		"$BUILD/tests/conformance" -j "$JOBS" -f tcp -r "$RUNDIR/framed/rec" -m 90 \
+		-k /urgent_two_in_a_row,tcp6/epollout_level_full_peer,/uring_on_a_connection,/prefork_both_move_bytes_then_parent_closes,/prefork_grandchild_serves \
+		-w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
+	rc=$?
+	if ! DSOCK_SOCKET="$sock" "$BUILD/bin/dsock" stat --raw 2>/dev/null | grep -q 'socketpair_framed=1'; then
+		echo "the daemon did not frame the pairs as channels: the step did not test them"
+		rc=1
+	fi
+	DSOCK_SOCKET="$sock" "$BUILD/bin/dsock" stop >/dev/null 2>&1
+	return $rc
+}
+
 # The same scenarios with the fast path off: the passthrough layer alone.
 conformance_kernel() {
 	DSOCK_FASTPATH=0 "$BUILD/tests/conformance" -j "$JOBS" -w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
@@ -179,6 +199,7 @@ step "conformance (native vs dsock, back to the kernel mid-stream, epoll ghosts 
 step "conformance (native vs dsock, fast path off)" conformance_kernel
 step "conformance (native vs dsock, bells off)" conformance_ghosts
 step "conformance over the test transport socketpair (TCP scenarios)" conformance_socketpair
+step "conformance over the test transport socketpair framed as channels (TCP scenarios)" conformance_framed
 step "conformance across network namespaces: over a bridge, through DNAT (BPF proof, root)" \
 	tests/conformance/across_ns.sh "$BUILD"
 step "conformance harness self-test" harness_selftest

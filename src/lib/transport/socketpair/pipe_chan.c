@@ -123,6 +123,9 @@ static int chan_waits(struct sp_conn *c, int pf, short events, struct pollfd *w)
 {
 	int lv[2], n = 0;
 
+	/* (frames waiting unread in the socket, a peer's credits, would make
+	 * a new registration readable for nothing: taken first) */
+	ch_progress(c->ch);
 	w[n++] = (struct pollfd){ .fd = pf, .events = (short)(POLLIN | (ch_tx_pending(c->ch) ? POLLOUT : 0)) };
 	if (ch_levels(c->ch, c->st, lv) == 0) {
 		if (events & (POLLIN | POLLRDNORM))
