@@ -216,6 +216,24 @@ STREAM_SCEN(epoll_edge_triggered)
 	ep_show("again", ep, 0);
 }
 
+/* A writer that also waits for the peer's end (EPOLLOUT|EPOLLRDHUP, edge-
+ * triggered: asleep once the first edge is taken) wakes at the peer's
+ * shutdown of its writing, though it never asked for EPOLLIN.  (Whether
+ * an edge comes between is not the question here.) */
+STREAM_SCEN(epoll_out_rdhup_wakes_at_peer_shutdown)
+{
+	struct epoll_event ev;
+	int c, s, ep = epoll_create1(0), rdhup = 0;
+
+	fam_pair(f, &c, &s);
+	ep_add(ep, s, EPOLLOUT | EPOLLRDHUP | EPOLLET, 0x2323);
+	ep_show("first", ep, 1000);
+	R("peer shuts its writing", shutdown(c, SHUT_WR));
+	for (int i = 0; i < 3 && !rdhup; i++)
+		rdhup = epoll_wait(ep, &ev, 1, 2000) == 1 && (ev.events & EPOLLRDHUP);
+	out("the peer's end woke the writer: %s", rdhup ? "yes" : "no");
+}
+
 STREAM_SCEN(epoll_oneshot)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.u64 = 0x3333 };

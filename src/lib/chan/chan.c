@@ -483,6 +483,7 @@ ssize_t ch_pump_locked(struct ch *c)
 	/* (the parser's place, as any holder left it) */
 	if (sh->hdr_len >= CH_HDR || (sh->cur_left && (sh->cur >= c->nstreams || sh->cur_left > CH_RING))) {
 		ch_kill(c, ECONNRESET);
+		ch_levels_all(c, 0); /* (its pollers see the death) */
 		return -ECONNRESET;
 	}
 	for (int reads = 0; reads < READS_MAX; reads++) {
@@ -504,6 +505,7 @@ ssize_t ch_pump_locked(struct ch *c)
 			i += n;
 			if (sh->hdr_len == CH_HDR && on_header(c)) {
 				ch_kill(c, ECONNRESET);
+				ch_levels_all(c, 0);
 				return -ECONNRESET;
 			}
 		}

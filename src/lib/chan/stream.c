@@ -208,6 +208,7 @@ ssize_t ch_recv(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 		if (have > CH_RING) { /* (a holder scribbled on the counts) */
 			pthread_mutex_unlock(&c->sh->rd_mu);
 			ch_kill(c, ECONNRESET);
+			ch_levels_all(c, 0);
 			return done ? (ssize_t)done : -ECONNRESET;
 		}
 		if (!stopped) {

@@ -195,7 +195,7 @@ int dsock_ready_poll(struct pollfd *fds, nfds_t n, const struct timespec *t, con
 	}
 	end = timeout_ms < 0 ? INT64_MAX : (start ? start : mono_ms()) + timeout_ms;
 	for (;;) {
-		struct pollfd k[n + (waits ? n * DSOCK_WAITS_MAX : 0) + 2];
+		struct pollfd k[n + (waits ? n * (DSOCK_WAITS_MAX - 1) : 0) + 2]; /* (each: its own, and the others of its waits) */
 		int view[n ? n : 1], hidden_in = 0, r, ready = 0, e, waited = 0;
 		nfds_t nk = n;
 		int64_t left;

@@ -299,6 +299,7 @@ static int sp_disconnect(struct dsock_sock *s, int fd)
 	r = dsock_real.connect(fd, &sa, sizeof(sa)) < 0 ? -errno : 0;
 	if (c) {
 		atomic_store(&c->sh->rx, SPRX_BACK);
+		dsock_sock_rewatch(s);
 		sp_maybe_detach(c);
 	}
 	return r;

@@ -132,7 +132,7 @@ static int take(int fd, int *used, int *nused)
 void sp_adopt(void)
 {
 	const char *env = getenv("DSOCK_EXEC_SOCKETPAIR");
-	int handed[448], nhanded = 0, used[448], nused = 0;
+	int handed[448], nhanded = 0, used[448], nused = 0, seen[64], nseen = 0;
 	char copy[1024];
 
 	if (!env)
@@ -162,7 +162,10 @@ void sp_adopt(void)
 		/* a framed pair: the channel's state, nudge and levels */
 		if (nf == 7 && pf >= 0 && got[0] >= 0 && got[1] >= 0 && got[2] >= 0 && got[3] >= 0 &&
 		    (ch = calloc(1, sizeof(*ch))) && ch_attach(ch, pf, got[0], got[1]) == 0) {
-			ch_adopt_levels(ch, 0, &got[2]);
+			if (ch_adopt_levels(ch, 0, &got[2])) {
+				dsock_real.close(got[2]);
+				dsock_real.close(got[3]);
+			}
 		} else if (nf == 7) {
 			free(ch);
 			ch = NULL;
@@ -178,6 +181,17 @@ void sp_adopt(void)
 				c->ch = ch;
 				c->st = 0;
 				c->pipe = &sp_pipe_chan;
+				/* each fd of one connection is a connection of its
+				 * own here, and lets go of the stream on its own: a
+				 * holder more for each after the first (one page:
+				 * the old program named one memfd for them all) */
+				int again = 0;
+				for (int i = 0; i < nseen; i++)
+					again |= seen[i] == memfd;
+				if (again)
+					atomic_fetch_add(&c->sh->holders, 1);
+				else if (nseen < 64)
+					seen[nseen++] = memfd;
 			}
 			c->pairfd = pf;
 			c->carried = 1; /* counted by the old program */

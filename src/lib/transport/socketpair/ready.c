@@ -38,8 +38,10 @@ int sp_waits(struct dsock_sock *s, int fd, short events, struct pollfd *w)
 	w[n++] = (struct pollfd){ .fd = fd, .events = kev };
 	if (!paired)
 		return n;
-	/* the pair: the peer's headers and bytes until its EOF, and room */
-	if ((events & IN_BITS) && rx != SPRX_BACK)
+	/* the pair: the peer's headers and bytes until its EOF (which comes
+	 * before the kernel's FIN: a wait for RDHUP alone wakes there too),
+	 * and room */
+	if ((events & (IN_BITS | POLLRDHUP)) && rx != SPRX_BACK)
 		pev |= POLLIN;
 	if ((events & OUT_BITS) && tx == SPTX_PAIR)
 		pev |= POLLOUT;
@@ -156,13 +158,13 @@ short sp_poll(struct dsock_sock *s, int fd, short events)
 	 * the kernel is in the pair by then */
 	int r = 0;
 	kernel_events(&k, rx == SPRX_PAIR, &c->settle_spent);
-	if (rx == SPRX_PAIR && (events & IN_BITS))
+	if (rx == SPRX_PAIR && (events & (IN_BITS | POLLRDHUP)))
 		r = pair_readable(c, pf);
 	out = (short)(k.revents & ~(IN_BITS | OUT_BITS));
 	/* SO_RCVLOWAT over the pipe's bytes and the kernel's after them */
 	if (rx == SPRX_PAIR && (events & IN_BITS) && r > 0 && sp_lowat_met(c, fd, SIZE_MAX) == 0)
 		r = 0;
-	if (rx == SPRX_PAIR && (events & IN_BITS)) {
+	if (rx == SPRX_PAIR && (events & (IN_BITS | POLLRDHUP))) {
 		if (r < 0) {
 			/* the peer went back: what the kernel holds is next */
 			int pair = SPRX_PAIR;
@@ -170,7 +172,7 @@ short sp_poll(struct dsock_sock *s, int fd, short events)
 				dsock_sock_rewatch(s);
 			sp_maybe_detach(c);
 			out |= (short)(k.revents & IN_BITS);
-		} else if (r > 0) {
+		} else if (r > 0 && (events & IN_BITS)) {
 			out |= (short)(events & IN_BITS);
 		}
 	} else {
