@@ -114,19 +114,21 @@ conformance_socketpair() {
 		"$BUILD/tests/conf-scen"
 }
 
-# The same over a channel's stream (src/lib/chan/): a daemon of its own,
-# told by DSOCK_SP_PIPE=channel to frame each pair as a channel of one
-# stream, which its `dsock stat --raw` must say (a daemon already running
-# without it would leave the pairs plain); the same known differences.
+# The same over a channel's stream (src/lib/chan/) on a loopback TCP
+# connection, as a channel between hosts runs: a daemon of its own, told
+# by DSOCK_SP_PIPE=tcp to make each pair's pipe a TCP connection framed as
+# a channel of one stream, which its `dsock stat --raw` must say (a daemon
+# already running without it would leave the pairs plain); the same known
+# differences.
 conformance_framed() {
 	local sock="$RUNDIR/framed/dsockd.sock" rc
 	mkdir -p "$RUNDIR/framed/rec"
-	DSOCK_SOCKET="$sock" DSOCK_SP_PIPE=channel DSOCK_FASTPATH=1 DSOCK_TRANSPORTS=socketpair \
+	DSOCK_SOCKET="$sock" DSOCK_SP_PIPE=tcp DSOCK_FASTPATH=1 DSOCK_TRANSPORTS=socketpair \
 		"$BUILD/tests/conformance" -j "$JOBS" -f tcp -r "$RUNDIR/framed/rec" -m 90 \
 		-k /urgent_two_in_a_row,tcp6/epollout_level_full_peer,/uring_on_a_connection,/prefork_both_move_bytes_then_parent_closes,/prefork_grandchild_serves \
 		-w "$BUILD/bin/dsock run --" "$BUILD/tests/conf-scen"
 	rc=$?
-	if ! DSOCK_SOCKET="$sock" "$BUILD/bin/dsock" stat --raw 2>/dev/null | grep -q 'socketpair_framed=1'; then
+	if ! DSOCK_SOCKET="$sock" "$BUILD/bin/dsock" stat --raw 2>/dev/null | grep -q 'socketpair_framed=1.*socketpair_pipe=tcp'; then
 		echo "the daemon did not frame the pairs as channels: the step did not test them"
 		rc=1
 	fi
@@ -199,7 +201,7 @@ step "conformance (native vs dsock, back to the kernel mid-stream, epoll ghosts 
 step "conformance (native vs dsock, fast path off)" conformance_kernel
 step "conformance (native vs dsock, bells off)" conformance_ghosts
 step "conformance over the test transport socketpair (TCP scenarios)" conformance_socketpair
-step "conformance over the test transport socketpair framed as channels (TCP scenarios)" conformance_framed
+step "conformance over the test transport socketpair framed as channels on loopback TCP (TCP scenarios)" conformance_framed
 step "conformance across network namespaces: over a bridge, through DNAT (BPF proof, root)" \
 	tests/conformance/across_ns.sh "$BUILD"
 step "conformance harness self-test" harness_selftest

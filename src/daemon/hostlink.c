@@ -6,6 +6,7 @@
 #include "daemon/hostlink_int.h"
 #include "daemon/hostkey.h"
 #include "daemon/hostauth.h"
+#include "daemon/hostchan.h"
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/reason.h"
@@ -126,6 +127,7 @@ static int setup(struct link *l, int fd, int dialled)
 	l->gen = next_gen++;
 	l->deadline = hl_now_ms() + SETUP_MS;
 	l->claims_out = l->claims_in = l->answers_in = l->answers_out = l->confirms_in = l->confirms_out = 0;
+	l->channels_in = l->channels_out = 0;
 	if (dialled)
 		SSL_set_connect_state(l->ssl);
 	else
@@ -211,6 +213,10 @@ void dd_hosts_event(uint32_t slot, uint32_t events)
 {
 	struct link *l;
 
+	if (slot - hl_base >= SLOT_CHANNELS) {
+		dd_chan_event(slot, events);
+		return;
+	}
 	if (slot - hl_base == SLOT_LISTENER) {
 		on_listener();
 		return;
@@ -239,10 +245,11 @@ void dd_hosts_event(uint32_t slot, uint32_t events)
 
 int dd_hosts_tick(void)
 {
-	int64_t now = hl_now_ms(), next = -1;
+	int64_t now = hl_now_ms(), next;
 
 	if (!on)
 		return -1;
+	next = dd_chan_tick();
 	for (int i = 0; i < LINKS_MAX; i++) {
 		struct link *l = &hl_links[i];
 		if (l->state == L_FREE || l->state == L_FAILED || (l->state == L_UP && l->hello))
@@ -259,7 +266,7 @@ int64_t dd_hosts_claim(const struct dsock_addr *addr, const struct dd_claim *c)
 {
 	struct link *l = NULL;
 	struct hl_claim w = { .id = htole64(c->id), .sent = htole64(c->sent), .recv = htole64(c->recv),
-			      .role = htole32(c->role) };
+			      .role = htole32(c->role), .transport = htole32(c->transport) };
 
 	if (!on)
 		return -DSOCK_R_PEER_TIMEOUT;
@@ -303,6 +310,7 @@ int dd_hosts_stat(int (*line)(int fd, const char *text), int fd)
 		return 0;
 	snprintf(buf, sizeof(buf), "hostkey fp=%s listen=%s dial_port=%d allowed=%d", dd_hostauth_fp(), listen_at,
 		 dial_port, dd_hostauth_count());
+	dd_chan_stat(buf, sizeof(buf));
 	if ((r = line(fd, buf)))
 		return r;
 	for (int i = 0; i < LINKS_MAX; i++) {
@@ -311,10 +319,10 @@ int dd_hosts_stat(int (*line)(int fd, const char *text), int fd)
 			continue;
 		dsock_addr_format(&l->addr, a, sizeof(a));
 		snprintf(buf, sizeof(buf), "hostlink addr=%s dir=%s state=%s host=%s claims_out=%lu claims_in=%lu "
-			 "answers_out=%lu answers_in=%lu confirms_out=%lu confirms_in=%lu",
+			 "answers_out=%lu answers_in=%lu confirms_out=%lu confirms_in=%lu channels_out=%lu channels_in=%lu",
 			 a, l->dialled ? "out" : "in", st[l->state == L_UP && !l->hello ? L_TLS : l->state],
 			 l->host >= 0 ? dd_hosts_name(l->host) : "-", l->claims_out, l->claims_in, l->answers_out,
-			 l->answers_in, l->confirms_out, l->confirms_in);
+			 l->answers_in, l->confirms_out, l->confirms_in, l->channels_out, l->channels_in);
 		if ((r = line(fd, buf)))
 			return r;
 	}
@@ -392,9 +400,12 @@ int dd_hosts_start(const char *socket_path, int epfd, uint32_t slot_base)
 	}
 	if (port && *port)
 		dial_port = atoi(port);
+	struct sockaddr_storage at;
+	socklen_t atl = sizeof(at);
 	if (dd_hostauth_start(allow, why, sizeof(why)) ||
 	    (lfd = listen_on(lsn && *lsn ? lsn : "7447", why, sizeof(why))) < 0 ||
-	    epoll_ctl(hl_ep, EPOLL_CTL_ADD, lfd, &ev) < 0) {
+	    epoll_ctl(hl_ep, EPOLL_CTL_ADD, lfd, &ev) < 0 || getsockname(lfd, (struct sockaddr *)&at, &atl) < 0 ||
+	    dd_chan_start(hl_ep, hl_base + SLOT_CHANNELS, &at, dial_port, why, sizeof(why))) {
 		DSOCK_ERR("hl_links to other hosts off: %s", why);
 		dd_hosts_stop();
 		return -1;
@@ -442,6 +453,7 @@ void dd_hosts_stop(void)
 	if (lfd >= 0)
 		close(lfd);
 	lfd = -1;
+	dd_chan_stop();
 	dd_hostauth_stop();
 	on = 0;
 }

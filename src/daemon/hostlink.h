@@ -25,6 +25,8 @@ struct dd_claim {
 	uint64_t id;         /* the claimant's, from a cryptographic source */
 	uint64_t sent, recv; /* the end's record */
 	uint32_t role;       /* DSOCK_IDENT_ACTIVE: only a connecting end claims */
+	uint32_t transport;  /* the claimant's offer's (enum dsock_path): only
+			      * an offer to the same transport matches */
 	struct dsock_addr local, peer;
 };
 

@@ -11,14 +11,15 @@
 #include <stdint.h>
 
 #define LINKS_MAX    256
-#define HL_VERSION   2 /* 2: CONFIRM */
+#define HL_VERSION   3 /* 2: CONFIRM; 3: CHANNEL */
 #define SETUP_MS     3000    /* connect, TLS and HELLO */
 #define RETRY_MS     2000    /* a host whose link failed is not dialled again before */
 #define OUT_MAX      (4 << 20) /* a peer that reads nothing is dropped */
 #define SETUP_PER_ADDR 4       /* hl_links in their handshake from one address */
 #define SLOT_LISTENER LINKS_MAX
+#define SLOT_CHANNELS 1024 /* hostchan.h's slots from here */
 
-enum { HL_HELLO = 1, HL_CLAIM = 2, HL_ANSWER = 3, HL_CONFIRM = 4 };
+enum { HL_HELLO = 1, HL_CLAIM = 2, HL_ANSWER = 3, HL_CONFIRM = 4, HL_CHANNEL = 5 };
 enum { L_FREE, L_CONNECTING, L_TLS, L_UP, L_FAILED };
 
 /* wire forms (little-endian) */
@@ -31,7 +32,7 @@ struct hl_hello {
 } __attribute__((packed));
 struct hl_claim {
 	uint64_t id, sent, recv;
-	uint32_t role, pad;
+	uint32_t role, transport;
 	struct hl_addr local, peer;
 } __attribute__((packed));
 /* ANSWER (to a claim) and CONFIRM (the claimant's word on a MATCHED) */
@@ -39,10 +40,17 @@ struct hl_answer {
 	uint64_t id;
 	uint32_t result, reason;
 } __attribute__((packed));
+/* CHANNEL: the claimant's token for the channel of claim id
+ * (hostchan.h) */
+struct hl_channel {
+	uint64_t id;
+	uint8_t token[16];
+} __attribute__((packed));
 static const uint16_t payload_len[] = { [HL_HELLO] = sizeof(struct hl_hello),
 					[HL_CLAIM] = sizeof(struct hl_claim),
 					[HL_ANSWER] = sizeof(struct hl_answer),
-					[HL_CONFIRM] = sizeof(struct hl_answer) };
+					[HL_CONFIRM] = sizeof(struct hl_answer),
+					[HL_CHANNEL] = sizeof(struct hl_channel) };
 
 struct link {
 	int state, fd, dialled, host, hello, hello_out, armed_out;
@@ -55,6 +63,7 @@ struct link {
 	unsigned char *out;
 	size_t nout, cap;
 	unsigned long claims_out, claims_in, answers_in, answers_out, confirms_in, confirms_out;
+	unsigned long channels_in, channels_out;
 };
 
 extern struct link hl_links[LINKS_MAX];

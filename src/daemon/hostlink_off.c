@@ -2,6 +2,7 @@
  * headers: off, and asked for, an error. */
 #ifndef DSOCK_HAVE_TLS
 #include "daemon/hostlink.h"
+#include "daemon/hostchan.h"
 #include "common/log.h"
 #include "common/reason.h"
 
@@ -37,6 +38,16 @@ int dd_hosts_confirm(uint64_t gen, uint64_t id, unsigned result)
 {
 	(void)gen; (void)id; (void)result;
 	return 0;
+}
+int dd_hosts_channel(uint64_t gen, uint64_t id, const uint8_t token[DD_CHAN_TOKEN])
+{
+	(void)gen; (void)id; (void)token;
+	return 0;
+}
+int dd_hosts_link_addrs(uint64_t gen, struct sockaddr_storage *local, struct sockaddr_storage *peer)
+{
+	(void)gen; (void)local; (void)peer;
+	return -1;
 }
 int dd_hosts_stat(int (*line)(int fd, const char *text), int fd) { (void)line; (void)fd; return 0; }
 #endif

@@ -5,6 +5,7 @@
 #ifdef DSOCK_HAVE_TLS
 #include "daemon/hostlink_int.h"
 #include "daemon/hostauth.h"
+#include "daemon/hostchan.h"
 #include "common/log.h"
 #include "common/reason.h"
 
@@ -159,6 +160,7 @@ static int on_msg(struct link *l, unsigned type, const unsigned char *p)
 		c.sent = le64toh(w.sent);
 		c.recv = le64toh(w.recv);
 		c.role = le32toh(w.role);
+		c.transport = le32toh(w.transport);
 		if (!addr_in(&c.local, &w.local) || !addr_in(&c.peer, &w.peer)) {
 			hl_fail(l, DSOCK_R_HOST_UNREACHABLE, "a claim with a malformed address");
 			return -1;
@@ -175,6 +177,11 @@ static int on_msg(struct link *l, unsigned type, const unsigned char *p)
 			l->confirms_in++;
 			dd_pairing_remote_confirm(l->gen, l->host, le64toh(a.id), le32toh(a.result));
 		}
+	} else if (type == HL_CHANNEL) {
+		struct hl_channel w;
+		memcpy(&w, p, sizeof(w));
+		l->channels_in++;
+		dd_chan_token(l->gen, le64toh(w.id), w.token);
 	} else {
 		hl_fail(l, DSOCK_R_HOST_UNREACHABLE, "a second HELLO");
 		return -1;
@@ -207,7 +214,7 @@ int hl_pump(struct link *l)
 			uint16_t h[2];
 			memcpy(h, l->in + at, 4);
 			unsigned type = le16toh(h[0]), len = le16toh(h[1]);
-			if (type < HL_HELLO || type > HL_CONFIRM || len != payload_len[type]) {
+			if (type < HL_HELLO || type > HL_CHANNEL || len != payload_len[type]) {
 				hl_fail(l, DSOCK_R_HOST_UNREACHABLE, "a malformed message");
 				return -1;
 			}
@@ -250,6 +257,37 @@ void dd_hosts_answer(uint64_t gen, uint64_t id, unsigned result, unsigned reason
 int dd_hosts_confirm(uint64_t gen, uint64_t id, unsigned result)
 {
 	return send_word(gen, HL_CONFIRM, id, result, 0);
+}
+
+static struct link *link_up(uint64_t gen)
+{
+	for (int i = 0; i < LINKS_MAX; i++)
+		if (gen && hl_links[i].gen == gen && hl_links[i].state == L_UP && hl_links[i].hello)
+			return &hl_links[i];
+	return NULL;
+}
+
+int dd_hosts_channel(uint64_t gen, uint64_t id, const uint8_t token[DD_CHAN_TOKEN])
+{
+	struct link *l = link_up(gen);
+	struct hl_channel w = { .id = htole64(id) };
+
+	memcpy(w.token, token, sizeof(w.token));
+	if (!l || hl_queue(l, HL_CHANNEL, &w, sizeof(w)))
+		return 0;
+	l->channels_out++;
+	return hl_flush(l) == 0 && l->gen == gen;
+}
+
+int dd_hosts_link_addrs(uint64_t gen, struct sockaddr_storage *local, struct sockaddr_storage *peer)
+{
+	struct link *l = link_up(gen);
+	socklen_t a = sizeof(*local), b = sizeof(*peer);
+
+	if (!l || getsockname(l->fd, (struct sockaddr *)local, &a) < 0 ||
+	    getpeername(l->fd, (struct sockaddr *)peer, &b) < 0)
+		return -1;
+	return 0;
 }
 
 #endif

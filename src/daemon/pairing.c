@@ -5,6 +5,7 @@
 #include "daemon/pairing.h"
 #include "common/hmap.h"
 #include "daemon/hostlink.h"
+#include "daemon/hostchan.h"
 #include "common/ident.h"
 #include "daemon/policy.h"
 #include "daemon/proof.h"
@@ -195,9 +196,9 @@ static struct dd_offer *find_mate(const struct dd_offer *o, int fd)
 		next = x->hnext;
 		if (x->proof != o->proof || !o->proof->proves(&x->id, &o->id))
 			continue;
-		/* another host's claim pairs with an offer of ours, never with
-		 * another claim */
-		if (x->remote || o->remote ? x->remote == o->remote : x->prov != o->prov)
+		/* another host's claim pairs with an offer of ours to the
+		 * same transport, never with another claim */
+		if ((x->remote && o->remote) || x->prov != o->prov)
 			continue;
 		if (!o->proof->still || o->proof->still(&x->id, fd))
 			return x;
@@ -339,13 +340,22 @@ void dd_pairing_offer(const struct dd_reply_to *to, const struct dsock_msg_offer
 /* Between hosts (hostlink.h). */
 
 /* Our offer o is proven one end of a connection whose other end another
- * host's daemon holds: no transport between hosts yet, so it stays on the
- * kernel, and `dsock stat` names that host. */
+ * host's daemon holds (`dsock stat` names that host): a transport that
+ * runs over channels gets one (the claimant's daemon dials it), another
+ * stays on the kernel. */
 static void remote_proven(struct dd_offer *o, int host)
 {
+	int r = -DSOCK_R_HOST_NO_TRANSPORT;
+
 	n_remote++;
+	/* (an offer made when the connection settled comes before the
+	 * event that tells of the socket) */
+	dd_server_drain(o->to.proc);
 	dd_proc_set_host(o->to.proc, o->sock_id, host);
-	answer_kernel(&o->to, o->sock_id, o->prov->transport, DSOCK_R_HOST_NO_TRANSPORT);
+	if (o->prov->channel)
+		r = dd_chan_begin(&o->to, o->sock_id, o->prov->transport, !o->confirming, o->link, o->claim_id);
+	if (r)
+		answer_kernel(&o->to, o->sock_id, o->prov->transport, (unsigned)-r);
 	DSOCK_INFO("pid %d sock %llu: the other end is on host %s", o->to.proc ? o->to.proc->pid : -1,
 		   (unsigned long long)o->sock_id, dd_hosts_name(host));
 }
@@ -381,7 +391,7 @@ static void await_confirm(struct dd_offer *o, const struct dd_offer *r)
 static void claim(struct dd_offer *o)
 {
 	struct dd_claim c = { .sent = o->id.sent, .recv = o->id.recv, .role = DSOCK_IDENT_ACTIVE,
-			      .local = o->id.local, .peer = o->id.peer };
+			      .transport = o->prov->transport, .local = o->id.local, .peer = o->id.peer };
 	int64_t link;
 
 	/* (an id from the kernel's CSPRNG: the other host cannot guess it,
@@ -402,10 +412,12 @@ static void claim(struct dd_offer *o)
 void dd_pairing_remote_claim(uint64_t gen, int host, const struct dd_claim *c)
 {
 	struct dd_offer o = { .remote = 1, .host = host, .link = gen, .claim_id = c->id,
-			      .role = DSOCK_OFFER_CONNECT, .proof = dd_proof_get(DSOCK_PROOF_HANDSHAKE) };
+			      .role = DSOCK_OFFER_CONNECT, .proof = dd_proof_get(DSOCK_PROOF_HANDSHAKE),
+			      .prov = dd_provision_get(c->transport) };
 	struct dd_offer *x, *n;
 
-	if (c->role != DSOCK_IDENT_ACTIVE || !c->sent || !c->recv || c->sent == c->recv || !c->id || !~c->id) {
+	if (c->role != DSOCK_IDENT_ACTIVE || !c->sent || !c->recv || c->sent == c->recv || !c->id || !~c->id ||
+	    !o.prov) {
 		dd_hosts_answer(gen, c->id, DD_CLAIM_REFUSED, DSOCK_R_UNPROVEN);
 		return;
 	}
@@ -479,6 +491,7 @@ void dd_pairing_remote_confirm(uint64_t gen, int host, uint64_t id, unsigned res
 
 void dd_pairing_link_down(uint64_t gen, unsigned reason)
 {
+	dd_chan_link_down(gen);
 	for (int w = 0; w < NWAITS; w++)
 		for (struct dd_offer *x = qhead[w], *next; x; x = next) {
 			next = x->qnext;
@@ -542,6 +555,7 @@ void dd_pairing_closed(const struct dd_proc *p, uint64_t sock_id)
 	struct dd_offer *o;
 
 	dd_pair_closed(p, sock_id);
+	dd_chan_closed(p, sock_id);
 	if (dsock_hmap_get(&by_end, end_key(p, sock_id), &v) && (o = (struct dd_offer *)(uintptr_t)v) &&
 	    o->to.proc == p && o->sock_id == sock_id) {
 		unlink_offer(o);
@@ -554,6 +568,7 @@ void dd_pairing_closed(const struct dd_proc *p, uint64_t sock_id)
 void dd_pairing_forget(const struct dd_proc *p)
 {
 	dd_pair_forget(p);
+	dd_chan_forget(p);
 	dd_provision_forget(p);
 	for (int w = 0; w < NWAITS; w++)
 		for (struct dd_offer *x = qhead[w], *next; x; x = next) {

@@ -21,6 +21,9 @@ struct dd_reply_to {
 /* Sends a RESULT (with fd when >= 0) to the offer's owner; provided by
  * the server.  Returns 0 or -errno. */
 int dd_send_result(const struct dd_reply_to *to, const struct dsock_msg_result *r, int fd);
+/* Reads the events process p wrote so far (its sockets' records);
+ * provided by the server. */
+void dd_server_drain(struct dd_proc *p);
 
 /* A paired socket was closed: its memory may be gone. */
 void dd_pairing_closed(const struct dd_proc *p, uint64_t sock_id);

@@ -35,6 +35,10 @@ struct dd_pair {
 struct dd_provision {
 	unsigned transport; /* enum dsock_path */
 	const char *name;
+	/* 1: its ends can run over a channel between hosts (hostchan.h): a
+	 * connection proven to end on another host gets one, its RESULT
+	 * saying so (ring_size 1) */
+	int channel;
 	/* Start-up: reads the transport's settings; 0, or -1 after saying on
 	 * stderr what is wrong. */
 	int (*init)(void);

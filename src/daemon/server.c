@@ -71,6 +71,12 @@ static void drain_events(struct dd_proc *p)
 	drain_events_to(p, UINT64_MAX);
 }
 
+void dd_server_drain(struct dd_proc *p)
+{
+	if (p)
+		drain_events(p);
+}
+
 static void client_close(uint32_t slot)
 {
 	struct dd_client *c = &clients[slot];

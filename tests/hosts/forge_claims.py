@@ -24,6 +24,19 @@ a key of its own, and prints one "ok ..." or "FAIL ..." line per check:
       - a claim whose id the daemon's tables reserve (~0): refused at
         once, and CONFIRMs of ~0 and 0 change nothing;
       - a malformed message: the link is closed.
+  channel KEY CRT ADDR PORT SERVER_PORT ADDR6
+      a host whose key is allowed, against a server carried on channels
+      (DSOCK_TRANSPORTS=socketpair) at ADDR:SERVER_PORT: its own true
+      claim, confirmed, and its token sent over the link; then at the
+      channel port (PORT + 1):
+      - the claim's id with another token, from the link's address:
+        closed at once;
+      - the claim's id and token from another address (ADDR6, IPv6,
+        while the link is IPv4): closed at once;
+      - the claim's id and token from the link's address: taken (the
+        server's process writes its first frame into it);
+      and when that channel closes, the connection carries on on the
+      kernel, byte-exact.
   hello KEY CRT ADDR PORT
       an allowed host's link comes up (HELLO back within 5 s)
 """
@@ -35,8 +48,9 @@ import sys
 import time
 
 SOL_DSOCK, DSOCK_OPTIN, DSOCK_IDENTITY = 0x6473, 1, 2
-HELLO, CLAIM, ANSWER, CONFIRM = 1, 2, 3, 4
-VERSION = 2
+HELLO, CLAIM, ANSWER, CONFIRM, CHANNEL = 1, 2, 3, 4, 5
+VERSION = 3
+SHM, SOCKETPAIR = 2, 3  # (enum dsock_path: the claimant's transport)
 MATCHED, REFUSED = 1, 2
 ACTIVE, PASSIVE = 1, 2
 
@@ -90,8 +104,8 @@ def addr_bytes(ip, port):
     return a + struct.pack("<HH", port, socket.AF_INET)
 
 
-def claim(s, cid, sent, recv, role, local, peer):
-    send(s, CLAIM, struct.pack("<QQQII", cid, sent, recv, role, 0) + addr_bytes(*local) + addr_bytes(*peer))
+def claim(s, cid, sent, recv, role, local, peer, transport=SHM):
+    send(s, CLAIM, struct.pack("<QQQII", cid, sent, recv, role, transport) + addr_bytes(*local) + addr_bytes(*peer))
 
 
 def answer(s, timeout):
@@ -185,6 +199,55 @@ def liar(key, crt, addr, port, server_port):
         report(True, "a malformed message closes the link (%s)" % type(e).__name__)
 
 
+def closed_at_once(c, what):
+    """Whether the daemon closed channel connection c within 1 s."""
+    c.settimeout(1)
+    try:
+        got = c.recv(64)
+        report(got == b"", "%s: closed at once" % what)
+    except socket.timeout:
+        report(False, "%s: still open after 1 s" % what)
+    except OSError as e:
+        report(True, "%s: closed at once (%s)" % (what, type(e).__name__))
+    c.close()
+
+
+def channel(key, crt, addr, port, server_port, addr6):
+    s = open_link(key, crt, addr, port)
+    recv_msg(s)  # its HELLO
+    c, sent, recv, local = marked(addr, server_port)
+    claim(s, 9, sent, recv, ACTIVE, local, (addr, server_port), SOCKETPAIR)
+    cid, res, reason = answer(s, 10)
+    send(s, CONFIRM, struct.pack("<QII", 9, MATCHED, 0))
+    token = os.urandom(16)
+    send(s, CHANNEL, struct.pack("<Q", 9) + token)
+    report(cid == 9 and res == MATCHED, "a true claim to a server carried on channels is matched (result %d)" % res)
+    time.sleep(0.2)  # (the daemon has the token before the first dial)
+    first = b"dsockch1" + struct.pack("<Q", 9)
+    w = socket.create_connection((addr, port + 1), timeout=5)
+    w.sendall(first + bytes(16))
+    closed_at_once(w, "a channel with the claim's id and another token")
+    w = socket.create_connection((addr6, port + 1), timeout=5)
+    w.sendall(first + token)
+    closed_at_once(w, "a channel with the claim's id and token from an address not the link's")
+    w = socket.create_connection((addr, port + 1), timeout=5)
+    w.sendall(first + token)
+    w.settimeout(5)
+    try:
+        got = w.recv(64)
+    except OSError:
+        got = b""
+    # (a frame's header is 16 bytes: the server's process writes its
+    # first frame, the protocol's HELLO, once it holds the channel)
+    report(len(got) >= 16, "the true channel from the link's address is taken: %d bytes of the server's first "
+           "frame came" % len(got))
+    w.close()
+    c.sendall(b"kernel\n")
+    c.settimeout(5)
+    report(c.recv(100) == b"kernel\n", "after that channel closed, the connection carries on on the kernel")
+    c.close()
+
+
 def hello(key, crt, addr, port):
     t0 = time.time()
     try:
@@ -198,6 +261,8 @@ def hello(key, crt, addr, port):
 if __name__ == "__main__":
     if sys.argv[1] == "hello":
         hello(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    elif sys.argv[1] == "channel":
+        channel(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), sys.argv[7])
     elif sys.argv[1] == "unlisted":
         unlisted(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     else:

@@ -11,12 +11,15 @@
 #   sockperf TCP and UDP ping-pong, both ends under dsock: the daemons
 #   prove over their link that the two ends are one connection;
 #   a 4 MiB Python transfer, byte-exact, both ways between dsock programs;
+#   both again carried on a channel (the transport whose ends run over
+#   channels between hosts), the bytes counted on the channel;
 #   redis: a plain redis-cli against a dsock server, and a dsock redis-cli
 #   against a plain server;
 #   host c, not on b's allow-list: its connection stays on the kernel
 #   (host-not-allowed), byte-exact;
 #   a hostile host (tests/hosts/forge_claims.py): an unlisted key, and an
-#   allowed one with false, replayed and malformed claims;
+#   allowed one with false, replayed and malformed claims, and forged
+#   channels;
 #   and after it, a and b still prove a new connection;
 #   host b's daemon killed and restarted, then hung: connections meanwhile
 #   stay on the kernel, byte-exact, and a proves with b again after;
@@ -199,6 +202,58 @@ else
 	bad "3. 4 MiB each way between hosts ('$out', $((rx1 - rx0)) in, $((tx1 - tx0)) out)"
 fi
 
+# 3b. carried on channels: both ends offered to the transport whose ends
+# run over a channel between hosts (DSOCK_TRANSPORTS=socketpair; the
+# default transport's offers stay on the kernel between hosts): the
+# claimant's daemon dials a channel to b's port 7448 and each daemon hands
+# its end to its process.  sockperf with --data-integrity: the bytes go on
+# the channel, not on the application's connection (ss on host b, while
+# it runs); then the 4 MiB both ways, byte-exact, and b's daemon counts
+# the channel it took
+sp_on() {
+	local h=$1
+	shift
+	on "$h" env DSOCK_TRANSPORTS=socketpair "$DSOCK" run -- "$@"
+}
+# rx_on_port PORT: bytes received on host b's established connections of
+# local port PORT (the largest; 0 when none shows any)
+rx_on_port() {
+	on b ss -tinH state established "( sport = :$1 )" | grep -o 'bytes_received:[0-9]*' | cut -d: -f2 | sort -n |
+		tail -1 | grep . || echo 0
+}
+chans_b() { on b "$DSOCK" stat --raw | sed -n 's/.*channels_accepted=\([0-9]*\).*/\1/p'; }
+sp_on b sockperf server --tcp -i "$B" -p 11131 >"$T/cps.log" 2>&1 &
+PIDS+=($!)
+wait_port 11131
+ch0=$(chans_b)
+sp_on a sockperf ping-pong --tcp --mps 5000000 -i "$B" -p 11131 -m 14 -t 3 --data-integrity >"$T/cpc.log" 2>&1 &
+cli=$!
+sleep 3.5
+pa=$(paths a sockperf) pb=$(paths b sockperf)
+chan_rx=$(rx_on_port 7448) app_rx=$(rx_on_port 11131)
+wait "$cli"
+got=$(sed -n 's/.*ReceivedMessages=\([0-9]*\).*/\1/p' "$T/cpc.log" | tail -1)
+p50=$(sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' "$T/cpc.log")
+ch1=$(chans_b)
+if [ -n "$got" ] && [ "$got" -gt 1000 ] && ! grep -qi 'integrity\|error' "$T/cpc.log" &&
+	[ "$chan_rx" -ge 100000 ] && [ "$app_rx" -lt 4096 ] && [ $((ch1 - ch0)) = 1 ] &&
+	[ "$pa" = " 1 socketpair(-)@b;" ] && [ "$pb" = " 1 socketpair(-)@a;" ]; then
+	ok "3b. sockperf --data-integrity between hosts on a channel: $got round trips, p50 $p50 us; $chan_rx bytes in on b's channel, $app_rx on the application's connection; path a:$pa b:$pb"
+else
+	bad "3b. sockperf on a channel (round trips '$got', channel $chan_rx bytes in, application $app_rx, channels taken $((ch1 - ch0)), paths a:'$pa' b:'$pb')" "$T/cpc.log"
+fi
+sp_on b python3 "$T/xfer.py" serve "$B" 11132 &
+srv=$!
+wait_port 11132
+out=$(sp_on a python3 "$T/xfer.py" dial "$B" 11132 2>&1)
+wait "$srv"
+ch2=$(chans_b)
+if [ "${out%% *}" = exact ] && [ $((ch2 - ch1)) = 1 ]; then
+	ok "3b. 4 MiB each way between hosts on a channel, byte-exact"
+else
+	bad "3b. 4 MiB each way on a channel ('$out', channels taken $((ch2 - ch1)))"
+fi
+
 # 4. redis: a plain client against a dsock server, a dsock client against
 # a plain server
 port=11114
@@ -259,6 +314,22 @@ if [ "$nf" = 10 ] && ! grep -q FAIL "$T/forge.out" && [ "$nc" = 1 ] && [ "$np" =
 	ok "6. a hostile host: $(grep '^ok' "$T/forge.out" | cut -c6- | paste -sd';' | sed 's/;/; /g')"
 else
 	bad "6. a hostile host ($nf of 10 checks)" "$T/forge.out"
+fi
+
+# 6b. the allowed liar against a server carried on channels: forged
+# channels (another token; the right one from another address) are closed
+# at once, the true one is taken, and its end leaves the connection on
+# the kernel (tests/hosts/forge_claims.py channel)
+sp_on b python3 "$HERE/chat.py" serve "$B" 11133 >"$T/chat2.log" 2>&1 &
+PIDS+=($!)
+wait_port 11133
+on c python3 "$HERE/forge_claims.py" channel "$T/liar.key" "$T/liar.crt" "$B" 7447 11133 fd95::3 >"$T/forgech.out" 2>&1
+nf=$(grep -c '^ok' "$T/forgech.out")
+nr=$(grep -c "a channel from .* refused" "$T/b/d.sock.log")
+if [ "$nf" = 5 ] && ! grep -q FAIL "$T/forgech.out" && [ "$nr" = 2 ]; then
+	ok "6b. forged channels: $(grep '^ok' "$T/forgech.out" | cut -c6- | paste -sd';' | sed 's/;/; /g')"
+else
+	bad "6b. forged channels ($nf of 5 checks, $nr refusals in b's log)" "$T/forgech.out"
 fi
 
 # 7. after it, a and b still prove a new connection; b's daemon kept its

@@ -160,6 +160,9 @@ void sp_maybe_detach(struct sp_conn *c)
 		atomic_fetch_add(&n_back, 1);
 	}
 	dsock_sock_detach(c->sock, (unsigned)atomic_load(&sh->back_reason));
+	if (__atomic_load_n(&c->reported, __ATOMIC_RELAXED))
+		dsock_sock_report(c->sock, -1 /* fd unknown here: as told before */,
+				  c->sock->ev ? c->sock->ev : DSOCK_EV_CONNECT);
 }
 
 /* The answer will not be used (refused, gone): the kernel keeps it. */
@@ -247,7 +250,15 @@ static void on_result(const struct dsock_msg_result *r, int fd)
 
 void sp_progress(struct sp_conn *c)
 {
-	if (atomic_load_explicit(&c->sh->state, memory_order_acquire) != SP_PENDING || !c->pending_since)
+	int st = atomic_load_explicit(&c->sh->state, memory_order_acquire);
+
+	/* (`dsock stat` shows the path from the daemon's record) */
+	if (st == SP_PAIRED && !__atomic_load_n(&c->reported, __ATOMIC_RELAXED) &&
+	    !__atomic_exchange_n(&c->reported, 1, __ATOMIC_RELAXED) && c->sock->tp == &dsock_socketpair_transport) {
+		c->sock->reason = DSOCK_R_NONE;
+		dsock_sock_report(c->sock, -1, c->sock->ev ? c->sock->ev : DSOCK_EV_CONNECT);
+	}
+	if (st != SP_PENDING || !c->pending_since)
 		return;
 	dsock_ctl_poll_mail();
 	if (atomic_load(&c->sh->state) == SP_PENDING && dsock_mono_ns() - c->pending_since > PENDING_GIVE_UP_NS) {

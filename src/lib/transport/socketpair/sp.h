@@ -125,6 +125,7 @@ struct sp_conn {
 	unsigned exec_counted; /* the exec attempt that counted a new holder */
 	int settle_spent; /* ready.c: a settle ran out; not again until the state changes */
 	int counted_back;
+	int reported; /* the daemon was told the connection is carried */
 	_Atomic int offer_done; /* the daemon answered (and let go of its copy) */
 	long long pending_since; /* mono ns of the offer; 0: no answer expected */
 	struct sp_conn *next; /* pending answers */
