@@ -12,6 +12,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -26,13 +27,21 @@
 #define HELLO_LEN (8 + 8 + DD_CHAN_TOKEN)
 static const char magic[8] = "dsockch1";
 /* an end waits this long for its channel (a round trip between the
- * daemons and a connect), below the library's give-up (10 s) */
+ * daemons, a connect and TAKEN); a RESULT that comes after the library
+ * gave up on the offer (10 s: a busy daemon's offer wait and grace come
+ * before this) is ignored there, and the kernel carries the connection */
 #define END_WAIT_MS 3000
 /* a connection accepted has this long to present its first bytes and be
  * matched (its token may come over the link after it) */
 #define ACCEPT_WAIT_MS 3000
+/* accepted connections waiting at once: from one address, and in all
+ * (the rest of the slots are the dials') */
+#define ACCEPT_PER_ADDR 128
+#define ACCEPT_MAX (DD_CHAN_SLOTS - 256)
 
-enum { P_FREE, P_DIAL, P_ACCEPTED };
+/* a slot: a dial connecting (P_DIAL) or waiting for TAKEN with its first
+ * bytes sent (P_SENT), or a connection accepted (P_ACCEPTED) */
+enum { P_FREE, P_DIAL, P_SENT, P_ACCEPTED };
 
 struct end {
 	struct dd_reply_to to;
@@ -59,6 +68,7 @@ static struct end *ends;
 static struct dsock_hmap by_id;  /* claim id -> ends with it (a chain) */
 static struct dsock_hmap by_end; /* (process, socket) -> its end */
 static int ep = -1, lfd = -1, port_out;
+static uint64_t id_seed; /* (ids are the other host's choice: keyed) */
 static uint32_t base;
 static int n_waiting; /* accepted connections in pends */
 static unsigned long n_dialled, n_accepted, n_refused, n_failed;
@@ -80,7 +90,7 @@ static uint64_t end_key(const struct dd_proc *p, uint64_t sock_id)
 
 static uint64_t id_key(uint64_t id)
 {
-	return dsock_hash(&id, sizeof(id), 0x3d);
+	return dsock_hash(&id, sizeof(id), id_seed);
 }
 
 static void pend_close(struct pend *p)
@@ -137,8 +147,9 @@ static void end_unlink(struct end *e)
 		pend_close(&pends[e->slot]);
 }
 
-/* The end's outcome: its channel (fd >= 0, PAIRED) or the kernel. */
-static void end_done(struct end *e, int fd, unsigned reason)
+/* The outcome of an end no longer in the tables: its channel (fd >= 0,
+ * PAIRED) or the kernel; then it is freed. */
+static void answer(struct end *e, int fd, unsigned reason)
 {
 	struct dsock_msg_result r = { .sock_id = e->sock_id, .transport = (uint16_t)e->transport };
 
@@ -161,8 +172,13 @@ static void end_done(struct end *e, int fd, unsigned reason)
 			   (unsigned long long)e->sock_id, dsock_reason_name(reason));
 	}
 	dd_send_result(&e->to, &r, fd);
-	end_unlink(e);
 	free(e);
+}
+
+static void end_done(struct end *e, int fd, unsigned reason)
+{
+	end_unlink(e);
+	answer(e, fd, reason);
 }
 
 static int end_add(struct end *e)
@@ -275,8 +291,15 @@ static void accepted_read(struct pend *p)
 	epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
 	p->fd = -1;
 	pend_close(p);
-	n_accepted++;
-	end_done(e, fd, 0);
+	/* (out of the tables first: a link that fails as TAKEN is written
+	 * ends its ends) */
+	end_unlink(e);
+	if (dd_hosts_taken(e->gen, e->id)) {
+		n_accepted++;
+		answer(e, fd, 0);
+	} else {
+		answer(e, -1, DSOCK_R_HOST_UNREACHABLE);
+	}
 	close(fd);
 }
 
@@ -287,8 +310,16 @@ static void on_listener(void)
 	int fd, one = 1;
 
 	while ((fd = accept4(lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-		struct pend *p = pend_free();
+		struct pend *p = NULL;
+		int same = 0;
 		sl = sizeof(sa);
+		/* only a host with a link up may hold a slot, a few at most */
+		if (n_waiting < ACCEPT_MAX && dd_hosts_linked(&sa)) {
+			for (int i = 0; i < DD_CHAN_SLOTS; i++)
+				same += pends[i].state == P_ACCEPTED && same_addr(&pends[i].from, &sa);
+			if (same < ACCEPT_PER_ADDR)
+				p = pend_free();
+		}
 		if (!p) {
 			n_refused++;
 			close(fd);
@@ -310,8 +341,9 @@ static void on_listener(void)
 	}
 }
 
-/* A dial completed (or failed): the first bytes go, and the channel goes
- * to the claimant's process. */
+/* A dial completed (or failed): the first bytes go, and the channel waits
+ * for the other daemon's TAKEN, unwatched (what follows on it is the
+ * processes'). */
 static void dialled(struct pend *p)
 {
 	struct end *e = p->e;
@@ -319,7 +351,11 @@ static void dialled(struct pend *p)
 	uint64_t id = htole64(e->id);
 	int err = 0;
 	socklen_t el = sizeof(err);
+	struct pollfd q = { .fd = p->fd, .events = POLLOUT };
 
+	/* (an event of the slot's last user, reused within one batch) */
+	if (poll(&q, 1, 0) == 0)
+		return;
 	if (getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0 || err) {
 		DSOCK_WARN("channel dial failed: %s", strerror(err ? err : errno));
 		end_done(e, -1, DSOCK_R_HOST_UNREACHABLE);
@@ -333,8 +369,24 @@ static void dialled(struct pend *p)
 		end_done(e, -1, DSOCK_R_HOST_UNREACHABLE);
 		return;
 	}
+	epoll_ctl(ep, EPOLL_CTL_DEL, p->fd, NULL);
+	p->state = P_SENT;
+}
+
+void dd_chan_taken(uint64_t gen, uint64_t id)
+{
+	uint64_t v;
+	struct end *e;
+
+	if (!dsock_hmap_get(&by_id, id_key(id), &v))
+		return;
+	for (e = (struct end *)(uintptr_t)v; e; e = e->idnext)
+		if (e->claimant && e->gen == gen && e->id == id && e->slot >= 0 && pends[e->slot].state == P_SENT)
+			break;
+	if (!e)
+		return;
+	struct pend *p = &pends[e->slot];
 	int fd = p->fd;
-	epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
 	p->fd = -1;
 	e->slot = -1;
 	pend_close(p);
@@ -367,6 +419,9 @@ static int dial(struct end *e)
 	if (fd < 0)
 		return -DSOCK_R_RESOURCE;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* (the port is chosen at the connect, per destination: a bind to
+	 * port 0 would take one of the host's ephemeral ports for good) */
+	setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
 	socklen_t sl = peer.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
 	if (bind(fd, (struct sockaddr *)&local, sl) < 0 ||
 	    (connect(fd, (struct sockaddr *)&peer, sl) < 0 && errno != EINPROGRESS)) {
@@ -404,26 +459,28 @@ int dd_chan_begin(const struct dd_reply_to *to, uint64_t sock_id, unsigned trans
 	e->id = id;
 	e->slot = -1;
 	e->deadline = now_ms() + END_WAIT_MS;
-	if (end_add(e)) {
+	/* the token goes over the link before the dial, so it is usually
+	 * there first (a connection that comes first waits for it); sent
+	 * before the end is in the tables, since a link that fails as it is
+	 * written ends that link's ends */
+	if (claimant && getrandom(e->token, sizeof(e->token), 0) != sizeof(e->token))
+		r = -DSOCK_R_RESOURCE;
+	else if (claimant && !dd_hosts_channel(gen, id, e->token))
+		r = -DSOCK_R_HOST_UNREACHABLE;
+	else
+		r = end_add(e) ? -DSOCK_R_RESOURCE : 0;
+	if (r) {
 		free(e);
-		return -DSOCK_R_RESOURCE;
+		return r;
 	}
 	if (!claimant) {
-		/* a connection that came before the token waits for it */
+		/* a connection that came before this end waits for it */
 		for (int i = 0; i < DD_CHAN_SLOTS && n_waiting; i++)
 			if (pends[i].state == P_ACCEPTED && pends[i].nin == HELLO_LEN)
 				accepted_read(&pends[i]);
 		return 0;
 	}
-	/* the token goes over the link before the dial: it is usually there
-	 * first, and a connection that comes first waits for it */
-	if (getrandom(e->token, sizeof(e->token), 0) != sizeof(e->token))
-		r = -DSOCK_R_RESOURCE;
-	else if (!dd_hosts_channel(gen, id, e->token))
-		r = -DSOCK_R_HOST_UNREACHABLE;
-	else
-		r = dial(e);
-	if (r) {
+	if ((r = dial(e))) {
 		end_unlink(e);
 		free(e);
 	}
@@ -492,7 +549,7 @@ void dd_chan_event(uint32_t slot, uint32_t events)
 		return;
 	if (p->state == P_DIAL)
 		dialled(p);
-	else
+	else if (p->state == P_ACCEPTED)
 		accepted_read(p);
 }
 
@@ -541,6 +598,10 @@ int dd_chan_start(int epfd, uint32_t slot_base, const struct sockaddr_storage *l
 	ep = epfd;
 	base = slot_base;
 	port_out = dial_port + 1;
+	if (getrandom(&id_seed, sizeof(id_seed), 0) != sizeof(id_seed) || port_out > 65535) {
+		snprintf(why, n, "the channel port would be %d", port_out);
+		return -1;
+	}
 	for (int i = 0; i < DD_CHAN_SLOTS; i++)
 		pends[i].fd = -1;
 	if (sa.ss_family == AF_INET) {

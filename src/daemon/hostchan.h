@@ -8,6 +8,9 @@
  * The other daemon takes the connection for its end only when all three
  * match, the token arrived over the link the claim came on, and the
  * connection comes from that link's peer address; anything else is closed.
+ * It then says TAKEN over the link, and only that word makes the
+ * claimant's daemon trust its dial (whoever answered at the channel port
+ * read the token, so nothing on the channel can prove the other daemon).
  * Each daemon hands its end of the channel to its process with the RESULT
  * (SCM_RIGHTS) and closes its copy: the data never passes through a
  * daemon.  No commit step is needed: the transport's protocol is
@@ -59,10 +62,18 @@ void dd_chan_link_down(uint64_t gen);
 /* `dsock stat`: " name=value ..." appended to buf. */
 void dd_chan_stat(char *buf, size_t n);
 
+/* The other daemon took the claimant's channel for claim id (TAKEN, over
+ * link gen). */
+void dd_chan_taken(uint64_t gen, uint64_t id);
+
 /* Provided by the links (hostlink.c): the link's two addresses as its
- * socket has them (0, or -1: no such link up), and the claimant's token
- * sent over it (1 if queued or written on a live link, else 0). */
+ * socket has them (0, or -1: no such link up); the claimant's token sent
+ * over it, and the word that its channel was taken (1 if queued or
+ * written on a live link, else 0); whether a link is up with a host at
+ * address from (its port aside). */
 int dd_hosts_link_addrs(uint64_t gen, struct sockaddr_storage *local, struct sockaddr_storage *peer);
 int dd_hosts_channel(uint64_t gen, uint64_t id, const uint8_t token[DD_CHAN_TOKEN]);
+int dd_hosts_taken(uint64_t gen, uint64_t id);
+int dd_hosts_linked(const struct sockaddr_storage *from);
 
 #endif

@@ -404,12 +404,16 @@ int dd_hosts_start(const char *socket_path, int epfd, uint32_t slot_base)
 	socklen_t atl = sizeof(at);
 	if (dd_hostauth_start(allow, why, sizeof(why)) ||
 	    (lfd = listen_on(lsn && *lsn ? lsn : "7447", why, sizeof(why))) < 0 ||
-	    epoll_ctl(hl_ep, EPOLL_CTL_ADD, lfd, &ev) < 0 || getsockname(lfd, (struct sockaddr *)&at, &atl) < 0 ||
-	    dd_chan_start(hl_ep, hl_base + SLOT_CHANNELS, &at, dial_port, why, sizeof(why))) {
+	    epoll_ctl(hl_ep, EPOLL_CTL_ADD, lfd, &ev) < 0) {
 		DSOCK_ERR("hl_links to other hosts off: %s", why);
 		dd_hosts_stop();
 		return -1;
 	}
+	/* (without channels the links still prove: the connections stay on
+	 * the kernel) */
+	if (getsockname(lfd, (struct sockaddr *)&at, &atl) < 0 ||
+	    dd_chan_start(hl_ep, hl_base + SLOT_CHANNELS, &at, dial_port, why, sizeof(why)))
+		DSOCK_ERR("channels to other hosts off: %s", why);
 	on = 1;
 	DSOCK_INFO("hl_links to other hosts on: this host is %s; listening on %s; %d hosts allowed", dd_hostauth_fp(),
 		   listen_at, dd_hostauth_count());

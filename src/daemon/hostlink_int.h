@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define LINKS_MAX    256
-#define HL_VERSION   3 /* 2: CONFIRM; 3: CHANNEL */
+#define HL_VERSION   3 /* 2: CONFIRM; 3: CHANNEL, TAKEN */
 #define SETUP_MS     3000    /* connect, TLS and HELLO */
 #define RETRY_MS     2000    /* a host whose link failed is not dialled again before */
 #define OUT_MAX      (4 << 20) /* a peer that reads nothing is dropped */
@@ -19,7 +19,7 @@
 #define SLOT_LISTENER LINKS_MAX
 #define SLOT_CHANNELS 1024 /* hostchan.h's slots from here */
 
-enum { HL_HELLO = 1, HL_CLAIM = 2, HL_ANSWER = 3, HL_CONFIRM = 4, HL_CHANNEL = 5 };
+enum { HL_HELLO = 1, HL_CLAIM = 2, HL_ANSWER = 3, HL_CONFIRM = 4, HL_CHANNEL = 5, HL_TAKEN = 6 };
 enum { L_FREE, L_CONNECTING, L_TLS, L_UP, L_FAILED };
 
 /* wire forms (little-endian) */
@@ -50,7 +50,8 @@ static const uint16_t payload_len[] = { [HL_HELLO] = sizeof(struct hl_hello),
 					[HL_CLAIM] = sizeof(struct hl_claim),
 					[HL_ANSWER] = sizeof(struct hl_answer),
 					[HL_CONFIRM] = sizeof(struct hl_answer),
-					[HL_CHANNEL] = sizeof(struct hl_channel) };
+					[HL_CHANNEL] = sizeof(struct hl_channel),
+					[HL_TAKEN] = sizeof(struct hl_answer) };
 
 struct link {
 	int state, fd, dialled, host, hello, hello_out, armed_out;

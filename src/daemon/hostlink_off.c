@@ -44,6 +44,16 @@ int dd_hosts_channel(uint64_t gen, uint64_t id, const uint8_t token[DD_CHAN_TOKE
 	(void)gen; (void)id; (void)token;
 	return 0;
 }
+int dd_hosts_taken(uint64_t gen, uint64_t id)
+{
+	(void)gen; (void)id;
+	return 0;
+}
+int dd_hosts_linked(const struct sockaddr_storage *from)
+{
+	(void)from;
+	return 0;
+}
 int dd_hosts_link_addrs(uint64_t gen, struct sockaddr_storage *local, struct sockaddr_storage *peer)
 {
 	(void)gen; (void)local; (void)peer;

@@ -182,6 +182,10 @@ static int on_msg(struct link *l, unsigned type, const unsigned char *p)
 		memcpy(&w, p, sizeof(w));
 		l->channels_in++;
 		dd_chan_token(l->gen, le64toh(w.id), w.token);
+	} else if (type == HL_TAKEN) {
+		struct hl_answer a;
+		memcpy(&a, p, sizeof(a));
+		dd_chan_taken(l->gen, le64toh(a.id));
 	} else {
 		hl_fail(l, DSOCK_R_HOST_UNREACHABLE, "a second HELLO");
 		return -1;
@@ -214,7 +218,7 @@ int hl_pump(struct link *l)
 			uint16_t h[2];
 			memcpy(h, l->in + at, 4);
 			unsigned type = le16toh(h[0]), len = le16toh(h[1]);
-			if (type < HL_HELLO || type > HL_CHANNEL || len != payload_len[type]) {
+			if (type < HL_HELLO || type > HL_TAKEN || len != payload_len[type]) {
 				hl_fail(l, DSOCK_R_HOST_UNREACHABLE, "a malformed message");
 				return -1;
 			}
@@ -277,6 +281,22 @@ int dd_hosts_channel(uint64_t gen, uint64_t id, const uint8_t token[DD_CHAN_TOKE
 		return 0;
 	l->channels_out++;
 	return hl_flush(l) == 0 && l->gen == gen;
+}
+
+int dd_hosts_taken(uint64_t gen, uint64_t id)
+{
+	return send_word(gen, HL_TAKEN, id, DD_CLAIM_MATCHED, 0);
+}
+
+int dd_hosts_linked(const struct sockaddr_storage *from)
+{
+	struct dsock_addr a;
+
+	dsock_addr_from(&a, (const struct sockaddr *)from);
+	for (int i = 0; i < LINKS_MAX; i++)
+		if (hl_links[i].state == L_UP && hl_links[i].hello && !memcmp(hl_links[i].addr.addr, a.addr, 16))
+			return 1;
+	return 0;
 }
 
 int dd_hosts_link_addrs(uint64_t gen, struct sockaddr_storage *local, struct sockaddr_storage *peer)

@@ -349,10 +349,12 @@ static void remote_proven(struct dd_offer *o, int host)
 
 	n_remote++;
 	/* (an offer made when the connection settled comes before the
-	 * event that tells of the socket) */
+	 * event that tells of the socket; a close read now finds o in no
+	 * table, and leaves the socket unknown) */
 	dd_server_drain(o->to.proc);
-	dd_proc_set_host(o->to.proc, o->sock_id, host);
-	if (o->prov->channel)
+	if (!dd_proc_set_host(o->to.proc, o->sock_id, host))
+		r = -DSOCK_R_NOT_ESTABLISHED;
+	else if (o->prov->channel)
 		r = dd_chan_begin(&o->to, o->sock_id, o->prov->transport, !o->confirming, o->link, o->claim_id);
 	if (r)
 		answer_kernel(&o->to, o->sock_id, o->prov->transport, (unsigned)-r);

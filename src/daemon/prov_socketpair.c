@@ -52,6 +52,18 @@ static int tcp_pair(int sv[2])
 		return e;
 	}
 	close(l);
+	/* (anyone on the host may connect to the listener first: the end
+	 * accepted must be ours) */
+	struct sockaddr_in mine, theirs;
+	socklen_t ml = sizeof(mine), tl = sizeof(theirs);
+	if (getsockname(sv[0], (struct sockaddr *)&mine, &ml) < 0 ||
+	    getpeername(sv[1], (struct sockaddr *)&theirs, &tl) < 0 || mine.sin_port != theirs.sin_port ||
+	    mine.sin_addr.s_addr != theirs.sin_addr.s_addr) {
+		close(sv[0]);
+		close(sv[1]);
+		sv[0] = sv[1] = -1;
+		return -EAGAIN;
+	}
 	for (int i = 0; i < 2; i++)
 		setsockopt(sv[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	return 0;

@@ -210,13 +210,15 @@ void dd_proc_learn(struct dd_proc *p, uint64_t sock_id, const struct dsock_addr 
 	index_sock(p, s);
 }
 
-void dd_proc_set_host(struct dd_proc *p, uint64_t sock_id, int host)
+int dd_proc_set_host(struct dd_proc *p, uint64_t sock_id, int host)
 {
 	uint64_t i;
 
-	if (p && host >= 0 && host < 0xffff && dsock_hmap_get(&p->ids, id_key(sock_id), &i) && i < p->nsocks &&
-	    p->socks[i].id == sock_id)
+	if (!p || !dsock_hmap_get(&p->ids, id_key(sock_id), &i) || i >= p->nsocks || p->socks[i].id != sock_id)
+		return 0;
+	if (host >= 0 && host < 0xffff)
 		p->socks[i].host = (uint16_t)(host + 1);
+	return 1;
 }
 
 int dd_proc_event(struct dd_proc *p, const struct dsock_msg_sock_event *ev, uint64_t born_ev, uint32_t born_seq)

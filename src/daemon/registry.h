@@ -75,8 +75,9 @@ int dd_listener_known(const struct dsock_addr *a);
  * does not ask for it), which this fills in. */
 void dd_proc_learn(struct dd_proc *p, uint64_t sock_id, const struct dsock_addr *local,
 		   const struct dsock_addr *peer);
-/* Notes that p's socket sock_id has its other end on host (hostlink.h). */
-void dd_proc_set_host(struct dd_proc *p, uint64_t sock_id, int host);
+/* Notes that p's socket sock_id has its other end on host (hostlink.h):
+ * 1, or 0 when p holds no such socket (closed, or never told of). */
+int dd_proc_set_host(struct dd_proc *p, uint64_t sock_id, int host);
 /* 1 if an enabled dsock process reported a TCP socket whose own address
  * is local and whose peer's is peer. */
 int dd_socket_known(const struct dsock_addr *local, const struct dsock_addr *peer);

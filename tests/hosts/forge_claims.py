@@ -32,9 +32,10 @@ a key of its own, and prints one "ok ..." or "FAIL ..." line per check:
       - the claim's id with another token, from the link's address:
         closed at once;
       - the claim's id and token from another address (ADDR6, IPv6,
-        while the link is IPv4): closed at once;
+        while the link is IPv4: no link comes from it): closed at once;
       - the claim's id and token from the link's address: taken (the
-        server's process writes its first frame into it);
+        server's process writes its first frame into it), and the
+        daemon says TAKEN over the link;
       and when that channel closes, the connection carries on on the
       kernel, byte-exact.
   hello KEY CRT ADDR PORT
@@ -48,7 +49,7 @@ import sys
 import time
 
 SOL_DSOCK, DSOCK_OPTIN, DSOCK_IDENTITY = 0x6473, 1, 2
-HELLO, CLAIM, ANSWER, CONFIRM, CHANNEL = 1, 2, 3, 4, 5
+HELLO, CLAIM, ANSWER, CONFIRM, CHANNEL, TAKEN = 1, 2, 3, 4, 5, 6
 VERSION = 3
 SHM, SOCKETPAIR = 2, 3  # (enum dsock_path: the claimant's transport)
 MATCHED, REFUSED = 1, 2
@@ -239,8 +240,13 @@ def channel(key, crt, addr, port, server_port, addr6):
         got = b""
     # (a frame's header is 16 bytes: the server's process writes its
     # first frame, the protocol's HELLO, once it holds the channel)
-    report(len(got) >= 16, "the true channel from the link's address is taken: %d bytes of the server's first "
-           "frame came" % len(got))
+    try:
+        mtype, p = recv_msg(s)
+    except (OSError, EOFError):
+        mtype, p = 0, b"\0" * 8
+    report(len(got) >= 16 and mtype == TAKEN and struct.unpack_from("<Q", p)[0] == 9,
+           "the true channel from the link's address is taken: TAKEN over the link, %d bytes of the server's "
+           "first frame on the channel" % len(got))
     w.close()
     c.sendall(b"kernel\n")
     c.settimeout(5)
