@@ -159,14 +159,16 @@ static void levels(void)
 	v.iov_len = 8;
 	ASSERT_EQ(ch_recv(&c[1], 1, &v, 1, MSG_WAITALL, FOREVER), 8);
 	ch_set_lowat(&c[1], 1, 0);
-	/* OUT: a full credit's worth unread makes it unwritable, until read */
+	/* OUT: a full credit's worth unread makes it unwritable, until read
+	 * (what was read since the last quarter's credit rides on the
+	 * reader's next DATA: the send takes the rest) */
 	for (int i = 0; i < 50; i++) { /* (the reader's credits back first) */
 		ch_progress(&c[0]);
 		usleep(100);
 	}
 	v.iov_len = CH_RING;
 	ssize_t sent = ch_send(&c[0], 1, &v, 1, MSG_DONTWAIT, FOREVER);
-	ASSERT_EQ(sent, CH_RING);
+	ASSERT_TRUE(sent > (ssize_t)(CH_RING - CH_RING / 4) && sent <= (ssize_t)CH_RING);
 	ASSERT_EQ(readable_now(lw[1]), 0);
 	v.iov_len = sent > 0 ? (size_t)sent : 1;
 	ASSERT_EQ(ch_recv(&c[1], 1, &v, 1, MSG_WAITALL, mono_ns() + 2000000000LL), sent);

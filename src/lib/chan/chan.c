@@ -308,13 +308,21 @@ int ch_tx_flush(struct ch *c)
 	return 0;
 }
 
+void ch_credit_now(struct ch *c, unsigned st)
+{
+	control(c, st, CH_OWE_CREDIT);
+}
+
 void ch_credit(struct ch *c, unsigned st)
 {
 	struct ch_stream *s = ch_stream_at(c, st);
 	uint64_t head = __atomic_load_n(&s->rx_head, __ATOMIC_ACQUIRE);
 	uint64_t told = __atomic_load_n(&s->credited, __ATOMIC_ACQUIRE);
 
-	if (head == told || (head - told < CH_RING / 4 && head != __atomic_load_n(&s->rx_tail, __ATOMIC_ACQUIRE)))
+	/* (less than a quarter is told with the stream's next DATA once the
+	 * ring is drained, ch_send: a sender waits only with a whole ring
+	 * uncredited, and the quarters of it are credited as they are read) */
+	if (head - told < CH_RING / 4)
 		return;
 	if (ch_lock(c, &c->sh->tx_mu, 0))
 		return;

@@ -48,8 +48,18 @@ int ch_tx_flush(struct ch *c);
 void ch_level_in(struct ch *c, unsigned st, int arrival);
 void ch_level_out(struct ch *c, unsigned st);
 void ch_levels_all(struct ch *c, int arrival);
+/* A receive of stream st of c that this thread makes: an arrival its own
+ * pumping files for st moves no level (ch_rx_deferred says whether one
+ * came), since the receive takes it at once; the receive then moves the
+ * level as what it left unread says (a count for an arrival left
+ * unread).  An arrival read at once costs no eventfd write and read. */
+void ch_rx_defer(struct ch *c, unsigned st);
+int ch_rx_deferred(void);
+void ch_rx_defer_end(void);
 /* Tells the peer what the stream's reader consumed, when worth a frame. */
 void ch_credit(struct ch *c, unsigned st);
+/* A CREDIT for what was read of stream st, appended now (tx_mu held). */
+void ch_credit_now(struct ch *c, unsigned st);
 /* (rx_mu held) reads what the socket has, without waiting, and files it:
  * the bytes read (0: none), or -errno once dead or at the channel's EOF. */
 ssize_t ch_pump_locked(struct ch *c);

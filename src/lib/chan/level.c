@@ -54,6 +54,30 @@ static void level(int fd, uint32_t *flag, int want, int arrival)
 	}
 }
 
+static __thread struct ch *defer_ch;
+static __thread unsigned defer_st;
+static __thread int deferred;
+
+void ch_rx_defer(struct ch *c, unsigned st)
+{
+	defer_ch = c;
+	defer_st = st;
+	deferred = 0;
+}
+
+int ch_rx_deferred(void)
+{
+	int d = deferred;
+
+	deferred = 0;
+	return d;
+}
+
+void ch_rx_defer_end(void)
+{
+	defer_ch = NULL;
+}
+
 void ch_level_in(struct ch *c, unsigned st, int arrival)
 {
 	if (c->lvl && st < c->nstreams && c->lvl[2 * st] >= 0)
@@ -73,8 +97,13 @@ void ch_levels_all(struct ch *c, int arrival)
 	if (!c->lvl)
 		return;
 	if (ch_lock(c, &c->sh->rd_mu, 0) == 0) {
-		for (unsigned st = 0; st < c->nstreams; st++)
+		for (unsigned st = 0; st < c->nstreams; st++) {
+			if (arrival && c == defer_ch && st == defer_st) {
+				deferred = 1; /* (the receive that pumped moves it) */
+				continue;
+			}
 			ch_level_in(c, st, arrival);
+		}
 		pthread_mutex_unlock(&c->sh->rd_mu);
 	}
 	if (ch_lock(c, &c->sh->tx_mu, 0) == 0) {

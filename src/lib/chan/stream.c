@@ -182,13 +182,33 @@ static void ring_out(struct ch *c, unsigned st, uint64_t off, const struct iovec
 	}
 }
 
+static ssize_t recv_deferred(struct ch *c, unsigned st, const struct iovec *iov, int n, int flags,
+			     int64_t deadline);
+
 ssize_t ch_recv(struct ch *c, unsigned st, const struct iovec *iov, int n, int flags, int64_t deadline)
+{
+	ssize_t r;
+
+	if (st >= c->nstreams)
+		return -EINVAL;
+	ch_rx_defer(c, st);
+	r = recv_deferred(c, st, iov, n, flags, deadline);
+	ch_rx_defer_end();
+	/* (an arrival left to this receive that it did not move the level
+	 * for: moved now) */
+	if (ch_rx_deferred() && ch_lock(c, &c->sh->rd_mu, 0) == 0) {
+		ch_level_in(c, st, 1);
+		pthread_mutex_unlock(&c->sh->rd_mu);
+	}
+	return r;
+}
+
+static ssize_t recv_deferred(struct ch *c, unsigned st, const struct iovec *iov, int n, int flags,
+			     int64_t deadline)
 {
 	struct ch_stream *s;
 	size_t want = iov_total(iov, n), done = 0;
 
-	if (st >= c->nstreams)
-		return -EINVAL;
 	s = ch_stream_at(c, st);
 	for (;;) {
 		uint32_t seq0 = __atomic_load_n(&c->sh->seq, __ATOMIC_SEQ_CST);
@@ -227,8 +247,9 @@ ssize_t ch_recv(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 			return -ECONNRESET;
 		}
 		end = stopped || ((eof || __atomic_load_n(&s->rx_nowait, __ATOMIC_ACQUIRE)) && have == k);
-		if (k && !peek)
-			ch_level_in(c, st, 0);
+		int arrived = ch_rx_deferred();
+		if ((k && !peek) || arrived)
+			ch_level_in(c, st, arrived);
 		pthread_mutex_unlock(&c->sh->rd_mu);
 		if (k && !peek)
 			ch_credit(c, st);
@@ -280,6 +301,13 @@ ssize_t ch_send(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 			k = 0;
 		else if (k > room - CH_HDR)
 			k = room - CH_HDR;
+		/* a drained ring's credit rides on the DATA: one write for both
+		 * (a part of a full ring read is not told: a TCP window opens
+		 * by a sizeable step, or the reader's quarter, ch_credit) */
+		uint64_t rh = __atomic_load_n(&s->rx_head, __ATOMIC_ACQUIRE);
+		if (k && rh != __atomic_load_n(&s->credited, __ATOMIC_RELAXED) &&
+		    rh == __atomic_load_n(&s->rx_tail, __ATOMIC_ACQUIRE) && room >= 2 * CH_HDR + k)
+			ch_credit_now(c, st);
 		if (k) {
 			ch_tx_frame(c, st, CH_DATA, k);
 			for (int i = 0, skip = 0; i < n && (uint64_t)skip < k; i++) {

@@ -390,6 +390,7 @@ static void count_child(int fd, struct dsock_sock *s, void *arg)
 	    c->fork_gen == fork_gen)
 		return;
 	c->fork_gen = fork_gen;
+	atomic_store(&c->sh->shared, 1);
 	atomic_fetch_add(&c->sh->holders, 1);
 }
 

@@ -45,11 +45,20 @@ size_t sp_iov_part(const struct msghdr *m, size_t skip, size_t cap, struct iovec
 	return n;
 }
 
-int sp_dontwait(int fd, int flags)
+int sp_dontwait(const struct sp_conn *c, int fd, int flags)
 {
-	int fl = (flags & MSG_DONTWAIT) ? 0 : dsock_real.fcntl(fd, F_GETFL);
+	int fl;
 
-	return (flags & MSG_DONTWAIT) || (fl >= 0 && (fl & O_NONBLOCK)) ? MSG_DONTWAIT : 0;
+	if (flags & MSG_DONTWAIT)
+		return MSG_DONTWAIT;
+	/* O_NONBLOCK as set through us while no other process holds or held
+	 * the framed pair (it counts its holders); otherwise another process
+	 * may have set it on the file we share: the kernel's file flags are
+	 * the truth (a system call more on every send and receive) */
+	if (c->ch && !atomic_load_explicit(&c->sh->shared, memory_order_relaxed))
+		return (atomic_load_explicit(&c->sock->flags, memory_order_relaxed) & DSOCK_SF_NONBLOCK) ? MSG_DONTWAIT : 0;
+	fl = dsock_real.fcntl(fd, F_GETFL);
+	return fl >= 0 && (fl & O_NONBLOCK) ? MSG_DONTWAIT : 0;
 }
 
 /* ---- the peer's headers -------------------------------------------------- */
@@ -203,7 +212,7 @@ ssize_t sp_sendmsg(struct dsock_sock *s, int fd, const struct msghdr *m, int fla
 		 * socket's data) */
 		struct msghdr pm = { .msg_iov = m->msg_iov, .msg_iovlen = m->msg_iovlen };
 		size_t total = sp_iov_total(m);
-		int nb = sp_dontwait(fd, flags);
+		int nb = sp_dontwait(c, fd, flags);
 		r = c->pipe->sendmsg(c, sp_pairfd(c), &pm, nb | (flags & MSG_MORE));
 		if (r > 0)
 			sp_count_carried(c);

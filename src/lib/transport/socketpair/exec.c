@@ -83,6 +83,7 @@ static void exec_one(int fd, struct dsock_sock *s, void *arg)
 	/* a spawned child or a vfork child's program holds it too (one count
 	 * for several fds) */
 	if (c->ch && w->new_holder && c->exec_counted != exec_mark) {
+		atomic_store(&c->sh->shared, 1);
 		atomic_fetch_add(&c->sh->holders, 1);
 		c->exec_counted = exec_mark;
 	}
@@ -181,6 +182,7 @@ void sp_adopt(void)
 				c->ch = ch;
 				c->st = 0;
 				c->pipe = &sp_pipe_chan;
+				atomic_store(&c->sh->shared, 1);
 				/* each fd of one connection is a connection of its
 				 * own here, and lets go of the stream on its own: a
 				 * holder more for each after the first (one page:

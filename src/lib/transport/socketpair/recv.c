@@ -2,6 +2,7 @@
  * peer's switch, then the pair's up to its EOF, then the kernel's (sp.h). */
 #include "lib/transport/socketpair/sp.h"
 #include "lib/sock/sock.h"
+#include "lib/sock/kspin.h"
 #include "lib/base/clock.h"
 #include "lib/base/real.h"
 #include "lib/base/signals.h"
@@ -246,13 +247,44 @@ static int lowat_wait(struct sp_conn *c, int fd, size_t want, long long *deadlin
 	return 0;
 }
 
+/* A blocking receive from the pair looks without waiting first, for the
+ * spin budget, as one on a kernel socket does (kspin.h): a reply that
+ * comes within it lands on an awake thread. */
+struct pair_look {
+	struct sp_conn *c;
+	const struct msghdr *m;
+	size_t done;
+	int flags;
+	ssize_t r;
+};
+
+static int pair_look(void *arg)
+{
+	struct pair_look *l = arg;
+
+	l->r = recv_pair(l->c, l->m, l->done, l->flags | MSG_DONTWAIT);
+	return l->r != -EAGAIN;
+}
+
+static ssize_t recv_pair_spun(struct sp_conn *c, const struct msghdr *m, size_t done, int flags)
+{
+	struct pair_look l = { c, m, done, flags, -EAGAIN };
+	int forever = -1;
+
+	/* (not MSG_WAITALL: a short count from its blocking receive means
+	 * its timeout or a signal) */
+	if (!(flags & (MSG_DONTWAIT | MSG_WAITALL)) && dsock_kspin_looks(pair_look, &l, &forever))
+		return l.r;
+	return recv_pair(c, m, done, flags);
+}
+
 ssize_t sp_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 {
 	struct sp_conn *c = sp_conn(s);
 	struct sp_shared *sh = c->sh;
 	size_t want = sp_iov_total(m), done = 0;
 	long long deadline = 0;
-	int nb = sp_dontwait(fd, flags), top_up = 0;
+	int nb = sp_dontwait(c, fd, flags), top_up = 0;
 
 	sp_progress(c);
 	if ((flags & (MSG_OOB | MSG_ERRQUEUE)) || !want) {
@@ -291,7 +323,7 @@ ssize_t sp_recvmsg(struct dsock_sock *s, int fd, struct msghdr *m, int flags)
 			return (ssize_t)done + r;
 		}
 		if (rx == SPRX_PAIR && state == SP_PAIRED) {
-			r = recv_pair(c, m, done, flags | nb);
+			r = recv_pair_spun(c, m, done, flags | nb);
 			if (r == 0 && !c->pipe->ended(c, sp_pairfd(c)))
 				return (ssize_t)done; /* shut by the application, nothing there now */
 			if (r == 0 || r == -ECONNRESET) {

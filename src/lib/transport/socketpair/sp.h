@@ -59,6 +59,9 @@ struct sp_shared {
 	_Atomic int refuse;          /* a reason: an answer still pending must not attach */
 	_Atomic int app_shut_rd;     /* the application shut its reading */
 	_Atomic int holders;         /* processes holding a framed pair (a fork's) */
+	_Atomic int shared;          /* a framed pair held by another process once
+				      * (a fork, a spawn, an exec's program):
+				      * O_NONBLOCK is then the file's to read */
 	_Atomic int lowat;           /* the application's SO_RCVLOWAT (above 1) */
 	struct timeval rcvtimeo, sndtimeo; /* the application's, for the pair too */
 };
@@ -158,7 +161,7 @@ static inline int sp_pairfd(struct sp_conn *c)
 	return __atomic_load_n(&c->pairfd, __ATOMIC_ACQUIRE);
 }
 /* MSG_DONTWAIT when the application's socket does not block. */
-int sp_dontwait(int fd, int flags);
+int sp_dontwait(const struct sp_conn *c, int fd, int flags);
 size_t sp_iov_total(const struct msghdr *m);
 /* The iovecs of m from byte skip on, at most cap bytes, into v (IOV_MAX). */
 size_t sp_iov_part(const struct msghdr *m, size_t skip, size_t cap, struct iovec *v);
