@@ -61,9 +61,11 @@ class Hosts(Place):
     as on hosts of their own: each with a daemon of its own (its own
     control socket, host key and allow-list of the others, reading the
     suite's proving daemon's records), so the daemons prove a connection
-    between two hosts over their links, as deployed hosts' daemons do; no
-    transport carries it yet, so what dsock gives there is the spin on
-    kernel sockets."""
+    between two hosts over their links, as deployed hosts' daemons do.
+    Offered to the default transport, a connection between hosts stays on
+    the kernel, and what dsock gives there is the spin on kernel sockets;
+    ChannelHosts offers it to the transport whose ends run over a channel
+    between hosts."""
 
     def __init__(self):
         super().__init__(spaces=True)
@@ -92,6 +94,16 @@ class Hosts(Place):
 
     def pre(self, role):
         return super().pre(role) + ["env", *self.env(role)]
+
+
+class ChannelHosts(Hosts):
+    """The same hosts and daemons (started by Hosts.start), with the
+    programs under dsock offering their connections to the transport that
+    runs over a channel between hosts (DSOCK_TRANSPORTS=socketpair): the
+    claimant's daemon dials a channel per connection."""
+
+    def pre(self, role):
+        return super().pre(role) + ["DSOCK_TRANSPORTS=socketpair"]
 
 
 def host_socket(role):

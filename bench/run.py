@@ -130,6 +130,11 @@ ACROSS = [
     ("iperf3 4 streams, client and server on two hosts", iperf, (4,), "h", [("", "Gbit/s", "higher", 0)]),
     ("sockperf TCP ping-pong 14 B beside an iperf3 stream, between the same two hosts,", pp_beside_bulk, (), "h",
      PP[:2]),
+    # the same hosts, connections carried on a channel each (places.ChannelHosts)
+    ("sockperf TCP ping-pong 14 B, two hosts, on channels,", sockperf_pp, (14, None, "--tcp"), "c", PP[:2]),
+    ("sockperf TCP throughput 14 B, two hosts, on channels", sockperf_tp, (14, "--tcp"), "c", TP),
+    ("redis-benchmark GET, 64 clients, two hosts, on channels", redis, ("get", 64), "c", RD),
+    ("iperf3 1 stream, two hosts, on channels", iperf, (1,), "c", [("", "Gbit/s", "higher", 0)]),
 ]
 PLAIN_COST = "connect/accept/close loop of a program not under dsock, listener in another namespace (bridge): kernel = no programs attached, dsock = the proving daemon's attached"
 
@@ -150,16 +155,16 @@ if any(wanted(a[0]) for a in ACROSS) or wanted(PLAIN_COST):
         print("across namespaces: skipped (needs root and nft)", file=sys.stderr)
     else:
         try:
-            at = dict(zip("bd", places.build()), h=places.Hosts())
+            at = dict(zip("bd", places.build()), h=places.Hosts(), c=places.ChannelHosts())
             why = places.proving_daemon()
-            if not why and any(wanted(a[0]) for a in ACROSS if a[3] == "h"):
+            if not why and any(wanted(a[0]) for a in ACROSS if a[3] in "hc"):
                 at["h"].start()
             if why:
                 print(f"across namespaces: skipped (the daemon did not attach its programs: {why})", file=sys.stderr)
             else:
                 for name, fn, a, where, metrics in ACROSS:
                     measure(name, fn, *a, at[where],
-                            raw=(lambda: (*raw("pingpong", 14), None)) if fn is sockperf_pp and where != "h" else None,
+                            raw=(lambda: (*raw("pingpong", 14), None)) if fn is sockperf_pp and where not in "hc" else None,
                             metrics=metrics)
                 measure(PLAIN_COST, plain_conn_rate, at["b"], metrics=[("", "conn/s", "higher", 0)])
         finally:

@@ -175,10 +175,11 @@ harness_selftest() {
 }
 
 # The real programs with servers and clients in network namespaces of
-# their own (skipped unless root).
+# their own (skipped unless root); between hosts, on channels (the
+# `hosts` place, where the kernel carries them, runs by hand).
 apps_across() {
 	local rc=0
-	for place in bridge dnat hosts; do
+	for place in bridge dnat channels; do
 		tests/apps/run_apps.sh "$BUILD" $place || rc=1
 	done
 	return $rc
@@ -213,7 +214,7 @@ step "proof across namespaces: veth, DNAT, two tenants with identical addresses 
 step "forged claims across namespaces: a replayed nonce, TCP_REPAIR (BPF, root)" python3 tests/faults/test_forge.py "$BUILD"
 step "hand-over to programs without dsock: exec, SCM_RIGHTS" python3 tests/faults/test_handover.py "$BUILD"
 step "real programs under dsock" tests/apps/run_apps.sh "$BUILD"
-step "real programs across network namespaces: over a bridge, through DNAT, between hosts with a daemon each (BPF proof, root)" apps_across
+step "real programs across network namespaces: over a bridge, through DNAT, between hosts with a daemon each on channels (BPF proof, root)" apps_across
 step "hosts simulated in namespaces, a daemon each: proven over TLS links, plain peers, a hostile host, daemon faults (root)" \
 	tests/hosts/run_hosts.sh "$BUILD"
 step "integrity soak: native, dsock, dsock going back to the kernel mid-stream, dsock with 10,000 connections, dsock with client ports reused at once (15 s each); 100,000 connections at once" \

@@ -348,14 +348,13 @@ static void remote_proven(struct dd_offer *o, int host)
 	int r = -DSOCK_R_HOST_NO_TRANSPORT;
 
 	n_remote++;
-	/* (an offer made when the connection settled comes before the
-	 * event that tells of the socket; a close read now finds o in no
-	 * table, and leaves the socket unknown) */
-	dd_server_drain(o->to.proc);
-	if (!dd_proc_set_host(o->to.proc, o->sock_id, host))
-		r = -DSOCK_R_NOT_ESTABLISHED;
-	else if (o->prov->channel)
+	if (o->prov->channel)
 		r = dd_chan_begin(&o->to, o->sock_id, o->prov->transport, !o->confirming, o->link, o->claim_id);
+	/* (an offer made when the connection settled comes before the
+	 * event that tells of the socket, which may not be read yet; a close
+	 * read now ends the channel's end begun above) */
+	dd_server_drain(o->to.proc);
+	dd_proc_set_host(o->to.proc, o->sock_id, host);
 	if (r)
 		answer_kernel(&o->to, o->sock_id, o->prov->transport, (unsigned)-r);
 	DSOCK_INFO("pid %d sock %llu: the other end is on host %s", o->to.proc ? o->to.proc->pid : -1,

@@ -4,6 +4,7 @@
 #include "chan_pair.h"
 
 #include <poll.h>
+#include <pthread.h>
 
 /* SHUT_RD: what the peer sent before it read the STOP still arrives, in
  * order, then its EOF; its sends fail from then on. */
@@ -183,11 +184,61 @@ static void levels(void)
 	ch_close(&c[1]);
 }
 
+/* Bytes read and not credited yet (under a quarter, the ring drained)
+ * are credited once the sender runs short, so a reader that waits for a
+ * message whole without reading it (here: for 120,000 bytes readable)
+ * gets it, as it would a ring's worth with everything credited. */
+static struct ch uc[2];
+
+static void *send_whole(void *arg)
+{
+	static char big[120000];
+	size_t want = (size_t)(long)arg, done = 0;
+
+	while (done < want) {
+		struct iovec v = { big, want - done };
+		ssize_t r = ch_send(&uc[0], 1, &v, 1, 0, mono_ns() + 5000000000LL);
+		if (r < 0)
+			break;
+		done += (size_t)r;
+	}
+	return (void *)(long)done;
+}
+
+static void uncredited_then_whole(void)
+{
+	static char b[30000];
+	struct iovec v = { b, sizeof(b) };
+	pthread_t t;
+	void *sent = NULL;
+	size_t have = 0;
+
+	chans(uc, 2);
+	ASSERT_EQ(ch_send(&uc[0], 1, &v, 1, 0, FOREVER), (ssize_t)sizeof(b));
+	ASSERT_EQ(ch_recv(&uc[1], 1, &v, 1, MSG_WAITALL, FOREVER), (ssize_t)sizeof(b));
+	for (int i = 0; i < 20; i++) {
+		ch_progress(&uc[0]);
+		ch_progress(&uc[1]);
+		usleep(1000);
+	}
+	ASSERT_EQ(pthread_create(&t, NULL, send_whole, (void *)120000L), 0);
+	for (int64_t end = mono_ns() + 5000000000LL; mono_ns() < end && have < 120000; usleep(1000)) {
+		ch_progress(&uc[1]);
+		have = ch_readable(&uc[1], 1);
+	}
+	pthread_join(t, &sent);
+	ASSERT_EQ(have, 120000);
+	ASSERT_EQ((long)sent, 120000);
+	ch_close(&uc[0]);
+	ch_close(&uc[1]);
+}
+
 int main(void)
 {
 	stop_flush();
 	close_reset();
 	levels();
+	uncredited_then_whole();
 	if (unit_failures)
 		fprintf(stderr, "test_chan_ends: %d failures\n", unit_failures);
 	return unit_failures ? 1 : 0;

@@ -53,9 +53,16 @@ void ch_levels_all(struct ch *c, int arrival);
  * came), since the receive takes it at once; the receive then moves the
  * level as what it left unread says (a count for an arrival left
  * unread).  An arrival read at once costs no eventfd write and read. */
-void ch_rx_defer(struct ch *c, unsigned st);
+struct ch_defer {
+	struct ch *c;
+	unsigned st;
+	int deferred;
+};
+/* (returns the state it replaces, which ch_rx_defer_end puts back: a
+ * signal handler's receive inside another's) */
+struct ch_defer ch_rx_defer(struct ch *c, unsigned st);
 int ch_rx_deferred(void);
-void ch_rx_defer_end(void);
+void ch_rx_defer_end(struct ch_defer prev);
 /* Tells the peer what the stream's reader consumed, when worth a frame. */
 void ch_credit(struct ch *c, unsigned st);
 /* A CREDIT for what was read of stream st, appended now (tx_mu held). */

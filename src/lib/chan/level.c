@@ -58,11 +58,14 @@ static __thread struct ch *defer_ch;
 static __thread unsigned defer_st;
 static __thread int deferred;
 
-void ch_rx_defer(struct ch *c, unsigned st)
+struct ch_defer ch_rx_defer(struct ch *c, unsigned st)
 {
+	struct ch_defer prev = { defer_ch, defer_st, deferred };
+
 	defer_ch = c;
 	defer_st = st;
 	deferred = 0;
+	return prev;
 }
 
 int ch_rx_deferred(void)
@@ -73,9 +76,11 @@ int ch_rx_deferred(void)
 	return d;
 }
 
-void ch_rx_defer_end(void)
+void ch_rx_defer_end(struct ch_defer prev)
 {
-	defer_ch = NULL;
+	defer_ch = prev.c;
+	defer_st = prev.st;
+	deferred = prev.deferred;
 }
 
 void ch_level_in(struct ch *c, unsigned st, int arrival)

@@ -32,9 +32,31 @@ static void leave(struct ch *c)
 		ch_bump(c);
 }
 
+/* Stream st's sender has under a quarter of its credit left, going by
+ * what was filed, while a sizeable part read here is not credited yet
+ * (read since the last quarter, the ring drained): a reader that waits
+ * for more without reading (a peek for all of it, FIONREAD, SO_RCVLOWAT)
+ * would otherwise never get it.  (Not a few bytes: a TCP window does not
+ * reopen by them, and a full peer stays unwritable.) */
+static int credit_short(struct ch *c, unsigned st)
+{
+	struct ch_stream *s = ch_stream_at(c, st);
+	uint64_t told = __atomic_load_n(&s->credited, __ATOMIC_ACQUIRE);
+
+	return __atomic_load_n(&s->rx_head, __ATOMIC_ACQUIRE) - told >= CH_RING / 16 &&
+	       __atomic_load_n(&s->rx_tail, __ATOMIC_ACQUIRE) - told > CH_RING - CH_RING / 4;
+}
+
 static void flush(struct ch *c)
 {
-	if (ch_tx_pending(c) && ch_lock(c, &c->sh->tx_mu, 1) == 0) {
+	int short_ = 0;
+
+	for (unsigned st = 0; st < c->nstreams && !short_; st++)
+		short_ = credit_short(c, st);
+	if ((short_ || ch_tx_pending(c)) && ch_lock(c, &c->sh->tx_mu, 1) == 0) {
+		for (unsigned st = 0; short_ && st < c->nstreams; st++)
+			if (credit_short(c, st))
+				ch_credit_now(c, st);
 		ch_tx_flush(c);
 		/* (room in the frame ring moves the OUT levels) */
 		for (unsigned st = 0; c->lvl && st < c->nstreams; st++)
@@ -191,12 +213,13 @@ ssize_t ch_recv(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 
 	if (st >= c->nstreams)
 		return -EINVAL;
-	ch_rx_defer(c, st);
+	struct ch_defer prev = ch_rx_defer(c, st);
 	r = recv_deferred(c, st, iov, n, flags, deadline);
-	ch_rx_defer_end();
+	int left = ch_rx_deferred();
+	ch_rx_defer_end(prev);
 	/* (an arrival left to this receive that it did not move the level
 	 * for: moved now) */
-	if (ch_rx_deferred() && ch_lock(c, &c->sh->rd_mu, 0) == 0) {
+	if (left && ch_lock(c, &c->sh->rd_mu, 0) == 0) {
 		ch_level_in(c, st, 1);
 		pthread_mutex_unlock(&c->sh->rd_mu);
 	}
@@ -275,7 +298,7 @@ ssize_t ch_send(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 	if (!want)
 		return 0; /* (a DATA frame is never empty) */
 	s = ch_stream_at(c, st);
-	for (;;) {
+	for (int pumped = 0;;) {
 		uint32_t seq0 = __atomic_load_n(&c->sh->seq, __ATOMIC_SEQ_CST);
 		int r, dead = __atomic_load_n(&c->sh->dead, __ATOMIC_ACQUIRE);
 
@@ -327,6 +350,13 @@ ssize_t ch_send(struct ch *c, unsigned st, const struct iovec *iov, int n, int f
 		ch_tx_flush(c);
 		ch_level_out(c, st);
 		pthread_mutex_unlock(&c->sh->tx_mu);
+		/* the credit may be in the socket, unread: a sender that only
+		 * retries (and never polls or receives) must read it, as the
+		 * kernel takes a TCP window's update without the application */
+		if ((flags & MSG_DONTWAIT) && !pumped++) {
+			ch_progress(c);
+			continue;
+		}
 		if (flags & MSG_DONTWAIT)
 			return -EAGAIN;
 		if ((r = ch_wait(c, seq0, deadline)))

@@ -361,8 +361,10 @@ static void sp_release(struct dsock_sock *s)
 
 	if (!c)
 		return;
-	if (c->pending_since && atomic_load(&c->sh->state) == SP_PENDING)
-		unlink_pending(c);
+	/* (whatever the shared state says: a fork's child refuses an answer
+	 * pending at the fork in the page both map, while this process's
+	 * list still holds the connection) */
+	unlink_pending(c);
 	if (c->pairfd >= 0)
 		c->pipe->close(c, c->pairfd);
 	free(c->ch);
