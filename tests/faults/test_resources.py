@@ -318,20 +318,39 @@ try:
           (r.stdout, r.stderr, rings))
     stop("fsz.sock")
 
-    spun = {}
-    for us, gap in ((1000, 0.0004), (0, 0.0004), (1000, 0.003)):
-        r, rings, _ = run(SPIN, gap, extra_env={"DSOCK_SPIN_US": str(us)})
-        out = r.stdout.split()
-        spun[us, gap] = (int(out[0]) if out[1:] == ["exact"] and rings >= 1 else None, r.stdout,
-                         r.stderr[-400:], rings)
+    # each loop 3 times, its least CPU kept (what other work on the
+    # machine does to a run only adds), beside the same loop natively:
+    # what 100 sleeps and wake-ups cost this machine now (a wake-up's cost
+    # varies several times between machines of this kind, and from one
+    # minute to the next); the limits below are above it, by what a spin
+    # would add
+    spun, native = {}, {}
+    for _ in range(3):
+        for us, gap in ((1000, 0.0004), (0, 0.0004), (1000, 0.003)):
+            r, rings, _ = run(SPIN, gap, extra_env={"DSOCK_SPIN_US": str(us)})
+            out = r.stdout.split()
+            ms = int(out[0]) if out[1:] == ["exact"] and rings >= 1 else None
+            old = spun.get((us, gap))
+            if old is None or (ms is not None and old[0] is not None and ms < old[0]) or ms is None:
+                spun[us, gap] = (ms, r.stdout, r.stderr[-400:], rings)
+        for gap in (0.0004, 0.003):
+            nr = subprocess.run([PY, "-c", SPIN, str(gap)], capture_output=True, text=True, timeout=120)
+            nout = nr.stdout.split()
+            if nout[1:] == ["exact"]:
+                native[gap] = min(native.get(gap, 10 ** 6), int(nout[0]))
+    native = {g: native.get(g, 0) for g in (0.0004, 0.003)}
     got = spun[1000, 0.0004]
-    check("6. DSOCK_SPIN_US=1000: an epoll loop polls for messages 0.4 ms apart (>= 25 ms CPU in 100 waits)",
-          got[0] is not None and got[0] >= 25, got)
+    check("6. DSOCK_SPIN_US=1000: an epoll loop polls for messages 0.4 ms apart (>= 25 ms CPU in 100 waits, "
+          "and above the native loop's %d ms)" % native[0.0004],
+          got[0] is not None and got[0] >= 25 and got[0] > native[0.0004], (got, native))
+    lim = max(15, native[0.0004] + 10)
     got = spun[0, 0.0004]
-    check("6. DSOCK_SPIN_US=0: it sleeps at once (< 15 ms CPU in 100 waits)", got[0] is not None and got[0] < 15, got)
+    check("6. DSOCK_SPIN_US=0: it sleeps at once (< %d ms CPU in 100 waits: 15, or the native loop's %d + 10)"
+          % (lim, native[0.0004]), got[0] is not None and got[0] < lim, (got, native))
+    lim = max(40, native[0.003] + 30)
     got = spun[1000, 0.003]
-    check("6. DSOCK_SPIN_US=1000, messages 3 ms apart: spins that never catch one stop (< 40 ms CPU)",
-          got[0] is not None and got[0] < 40, got)
+    check("6. DSOCK_SPIN_US=1000, messages 3 ms apart: spins that never catch one stop (< %d ms CPU: 40, or the "
+          "native loop's %d + 30)" % (lim, native[0.003]), got[0] is not None and got[0] < lim, (got, native))
 
     r, rings, _ = run(BURSTS, extra_env={"DSOCK_LOG": "debug"})
     barriers = r.stderr.count("a skippable lease ended: membarrier")

@@ -192,7 +192,7 @@ static struct ch uc[2];
 
 static void *send_whole(void *arg)
 {
-	static char big[120000];
+	static char big[CH_RING + 30000];
 	size_t want = (size_t)(long)arg, done = 0;
 
 	while (done < want) {
@@ -233,12 +233,37 @@ static void uncredited_then_whole(void)
 	ch_close(&uc[1]);
 }
 
+/* A read of a full ring under a quarter (but sizeable) credits at once
+ * when the sender runs short: the sender's blocked send goes on while
+ * the reader only waits (an edge-triggered poller that read a part has
+ * no new edge to wake for otherwise). */
+static void part_of_full_ring(void)
+{
+	static char b[30000];
+	struct iovec v = { b, sizeof(b) };
+	pthread_t t;
+	void *sent = NULL;
+
+	chans(uc, 2);
+	ASSERT_EQ(pthread_create(&t, NULL, send_whole, (void *)(long)(CH_RING + sizeof(b))), 0);
+	for (int64_t end = mono_ns() + 5000000000LL; mono_ns() < end && ch_readable(&uc[1], 1) < CH_RING; usleep(1000))
+		ch_progress(&uc[1]);
+	ASSERT_EQ(ch_readable(&uc[1], 1), CH_RING);
+	ASSERT_EQ(ch_recv(&uc[1], 1, &v, 1, MSG_WAITALL, FOREVER), (ssize_t)sizeof(b));
+	/* (no look at the channel here: the credit went with the read) */
+	pthread_join(t, &sent);
+	ASSERT_EQ((long)sent, (long)(CH_RING + sizeof(b)));
+	ch_close(&uc[0]);
+	ch_close(&uc[1]);
+}
+
 int main(void)
 {
 	stop_flush();
 	close_reset();
 	levels();
 	uncredited_then_whole();
+	part_of_full_ring();
 	if (unit_failures)
 		fprintf(stderr, "test_chan_ends: %d failures\n", unit_failures);
 	return unit_failures ? 1 : 0;

@@ -308,6 +308,22 @@ int ch_tx_flush(struct ch *c)
 	return 0;
 }
 
+/* Stream st's sender has under a quarter of its credit left, going by
+ * what was filed, while a sizeable part read here is not credited yet
+ * (read since the last quarter, the ring drained): a reader that waits
+ * for more without reading (a peek for all of it, FIONREAD polled, an
+ * edge-triggered poller that read a part)
+ * would otherwise never get it.  (Not a few bytes: a TCP window does not
+ * reopen by them, and a full peer stays unwritable.) */
+int ch_credit_short(struct ch *c, unsigned st)
+{
+	struct ch_stream *s = ch_stream_at(c, st);
+	uint64_t told = __atomic_load_n(&s->credited, __ATOMIC_ACQUIRE);
+
+	return __atomic_load_n(&s->rx_head, __ATOMIC_ACQUIRE) - told >= CH_RING / 16 &&
+	       __atomic_load_n(&s->rx_tail, __ATOMIC_ACQUIRE) - told > CH_RING - CH_RING / 4;
+}
+
 void ch_credit_now(struct ch *c, unsigned st)
 {
 	control(c, st, CH_OWE_CREDIT);
@@ -322,7 +338,7 @@ void ch_credit(struct ch *c, unsigned st)
 	/* (less than a quarter is told with the stream's next DATA once the
 	 * ring is drained, ch_send: a sender waits only with a whole ring
 	 * uncredited, and the quarters of it are credited as they are read) */
-	if (head - told < CH_RING / 4)
+	if (head - told < CH_RING / 4 && !ch_credit_short(c, st))
 		return;
 	if (ch_lock(c, &c->sh->tx_mu, 0))
 		return;

@@ -65,6 +65,9 @@ int ch_rx_deferred(void);
 void ch_rx_defer_end(struct ch_defer prev);
 /* Tells the peer what the stream's reader consumed, when worth a frame. */
 void ch_credit(struct ch *c, unsigned st);
+/* Whether stream st's sender runs short while a sizeable part read is
+ * not credited yet: the credit goes at once (after a read, at a flush). */
+int ch_credit_short(struct ch *c, unsigned st);
 /* A CREDIT for what was read of stream st, appended now (tx_mu held). */
 void ch_credit_now(struct ch *c, unsigned st);
 /* (rx_mu held) reads what the socket has, without waiting, and files it:

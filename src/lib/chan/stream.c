@@ -32,30 +32,15 @@ static void leave(struct ch *c)
 		ch_bump(c);
 }
 
-/* Stream st's sender has under a quarter of its credit left, going by
- * what was filed, while a sizeable part read here is not credited yet
- * (read since the last quarter, the ring drained): a reader that waits
- * for more without reading (a peek for all of it, FIONREAD, SO_RCVLOWAT)
- * would otherwise never get it.  (Not a few bytes: a TCP window does not
- * reopen by them, and a full peer stays unwritable.) */
-static int credit_short(struct ch *c, unsigned st)
-{
-	struct ch_stream *s = ch_stream_at(c, st);
-	uint64_t told = __atomic_load_n(&s->credited, __ATOMIC_ACQUIRE);
-
-	return __atomic_load_n(&s->rx_head, __ATOMIC_ACQUIRE) - told >= CH_RING / 16 &&
-	       __atomic_load_n(&s->rx_tail, __ATOMIC_ACQUIRE) - told > CH_RING - CH_RING / 4;
-}
-
 static void flush(struct ch *c)
 {
 	int short_ = 0;
 
 	for (unsigned st = 0; st < c->nstreams && !short_; st++)
-		short_ = credit_short(c, st);
+		short_ = ch_credit_short(c, st);
 	if ((short_ || ch_tx_pending(c)) && ch_lock(c, &c->sh->tx_mu, 1) == 0) {
 		for (unsigned st = 0; short_ && st < c->nstreams; st++)
-			if (credit_short(c, st))
+			if (ch_credit_short(c, st))
 				ch_credit_now(c, st);
 		ch_tx_flush(c);
 		/* (room in the frame ring moves the OUT levels) */

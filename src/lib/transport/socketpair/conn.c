@@ -75,6 +75,7 @@ static void unlink_pending(struct sp_conn *c)
 			*p = c->next;
 			break;
 		}
+	c->listed = 0;
 	pthread_mutex_unlock(&pending_mu);
 }
 
@@ -125,6 +126,7 @@ static int sp_offer(struct dsock_sock *s, int fd, int role, void **priv, unsigne
 	pthread_mutex_lock(&pending_mu);
 	c->next = pending;
 	pending = c;
+	c->listed = 1;
 	pthread_mutex_unlock(&pending_mu);
 	r = dsock_ctl_offer(s->id, fd, (unsigned)role, DSOCK_PATH_SOCKETPAIR, DSOCK_PROOF_NETNS);
 	if (r < 0) {
@@ -199,6 +201,7 @@ static void on_result(const struct dsock_msg_result *r, int fd)
 		if ((*p)->sock->id == r->sock_id) {
 			c = *p;
 			*p = c->next;
+			c->listed = 0;
 			break;
 		}
 	pthread_mutex_unlock(&pending_mu);
@@ -361,10 +364,12 @@ static void sp_release(struct dsock_sock *s)
 
 	if (!c)
 		return;
-	/* (whatever the shared state says: a fork's child refuses an answer
-	 * pending at the fork in the page both map, while this process's
-	 * list still holds the connection) */
-	unlink_pending(c);
+	/* (by this process's own word, not the shared state's: a fork's
+	 * child refuses an answer pending at the fork in the page both map,
+	 * while this process's list still holds the connection; and not a
+	 * lock on every close) */
+	if (c->listed)
+		unlink_pending(c);
 	if (c->pairfd >= 0)
 		c->pipe->close(c, c->pairfd);
 	free(c->ch);
@@ -419,6 +424,7 @@ static void sp_fork_child(void)
 	for (struct sp_conn *n; c; c = n) {
 		n = c->next;
 		c->pending_since = 0;
+		c->listed = 0;
 		refuse(c, DSOCK_R_FORKED);
 	}
 }

@@ -131,6 +131,7 @@ struct sp_conn {
 	int reported; /* the daemon was told the connection is carried */
 	_Atomic int offer_done; /* the daemon answered (and let go of its copy) */
 	long long pending_since; /* mono ns of the offer; 0: no answer expected */
+	int listed; /* in this process's list of offers waiting (pending_mu) */
 	struct sp_conn *next; /* pending answers */
 };
 
