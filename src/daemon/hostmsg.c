@@ -237,20 +237,41 @@ int hl_pump(struct link *l)
 }
 
 
-/* Sends an ANSWER or CONFIRM over link gen: 1 if it is queued or written
- * and the link lives on, 0 otherwise (gone, full, failed). */
+/* The link of generation gen while it is up (hello: and the peer's HELLO
+ * read), or NULL. */
+static struct link *link_of(uint64_t gen, int hello)
+{
+	for (int i = 0; i < LINKS_MAX; i++)
+		if (gen && hl_links[i].gen == gen && hl_links[i].state == L_UP && (!hello || hl_links[i].hello))
+			return &hl_links[i];
+	return NULL;
+}
+
+/* Queues a message on link l and writes what the link has queued: 1 if
+ * it is on its way and the link lives on, 0 otherwise (full, failed).
+ * count, if any, counts it once queued. */
+static int send_on(struct link *l, uint16_t type, const void *p, size_t n, unsigned long *count)
+{
+	uint64_t gen = l->gen;
+
+	if (hl_queue(l, type, p, n))
+		return 0;
+	if (count)
+		(*count)++;
+	return hl_flush(l) == 0 && l->gen == gen;
+}
+
+/* Sends an ANSWER, CONFIRM or TAKEN over link gen: 1 if it is queued or
+ * written and the link lives on, 0 otherwise (gone, full, failed). */
 static int send_word(uint64_t gen, uint16_t type, uint64_t id, unsigned result, unsigned reason)
 {
 	struct hl_answer a = { htole64(id), htole32(result), htole32(reason) };
+	struct link *l = link_of(gen, 0);
 
-	for (int i = 0; i < LINKS_MAX; i++)
-		if (hl_links[i].gen == gen && hl_links[i].state == L_UP) {
-			if (hl_queue(&hl_links[i], type, &a, sizeof(a)))
-				return 0;
-			(*(type == HL_ANSWER ? &hl_links[i].answers_out : &hl_links[i].confirms_out))++;
-			return hl_flush(&hl_links[i]) == 0 && hl_links[i].gen == gen;
-		}
-	return 0;
+	if (!l)
+		return 0;
+	return send_on(l, type, &a, sizeof(a),
+		       type == HL_ANSWER ? &l->answers_out : type == HL_CONFIRM ? &l->confirms_out : NULL);
 }
 
 void dd_hosts_answer(uint64_t gen, uint64_t id, unsigned result, unsigned reason)
@@ -263,24 +284,13 @@ int dd_hosts_confirm(uint64_t gen, uint64_t id, unsigned result)
 	return send_word(gen, HL_CONFIRM, id, result, 0);
 }
 
-static struct link *link_up(uint64_t gen)
-{
-	for (int i = 0; i < LINKS_MAX; i++)
-		if (gen && hl_links[i].gen == gen && hl_links[i].state == L_UP && hl_links[i].hello)
-			return &hl_links[i];
-	return NULL;
-}
-
 int dd_hosts_channel(uint64_t gen, uint64_t id, const uint8_t token[DD_CHAN_TOKEN])
 {
-	struct link *l = link_up(gen);
+	struct link *l = link_of(gen, 1);
 	struct hl_channel w = { .id = htole64(id) };
 
 	memcpy(w.token, token, sizeof(w.token));
-	if (!l || hl_queue(l, HL_CHANNEL, &w, sizeof(w)))
-		return 0;
-	l->channels_out++;
-	return hl_flush(l) == 0 && l->gen == gen;
+	return l && send_on(l, HL_CHANNEL, &w, sizeof(w), &l->channels_out);
 }
 
 int dd_hosts_taken(uint64_t gen, uint64_t id)
@@ -301,7 +311,7 @@ int dd_hosts_linked(const struct sockaddr_storage *from)
 
 int dd_hosts_link_addrs(uint64_t gen, struct sockaddr_storage *local, struct sockaddr_storage *peer)
 {
-	struct link *l = link_up(gen);
+	struct link *l = link_of(gen, 1);
 	socklen_t a = sizeof(*local), b = sizeof(*peer);
 
 	if (!l || getsockname(l->fd, (struct sockaddr *)local, &a) < 0 ||

@@ -221,11 +221,12 @@ rx_on_port() {
 	on b ss -tinH state established "( sport = :$1 )" | grep -o 'bytes_received:[0-9]*' | cut -d: -f2 | sort -n |
 		tail -1 | grep . || echo 0
 }
-chans_b() { on b "$DSOCK" stat --raw | sed -n 's/.*channels_accepted=\([0-9]*\).*/\1/p'; }
+# chans_b WHAT: host b's daemon's count of channels WHAT (accepted, refused)
+chans_b() { on b "$DSOCK" stat --raw | sed -n "s/.* channels_$1=\([0-9]*\).*/\1/p"; }
 sp_on b sockperf server --tcp -i "$B" -p 11131 >"$T/cps.log" 2>&1 &
 PIDS+=($!)
 wait_port 11131
-ch0=$(chans_b)
+ch0=$(chans_b accepted)
 sp_on a sockperf ping-pong --tcp --mps 5000000 -i "$B" -p 11131 -m 14 -t 3 --data-integrity >"$T/cpc.log" 2>&1 &
 cli=$!
 sleep 3.5
@@ -234,7 +235,7 @@ chan_rx=$(rx_on_port 7448) app_rx=$(rx_on_port 11131)
 wait "$cli"
 got=$(sed -n 's/.*ReceivedMessages=\([0-9]*\).*/\1/p' "$T/cpc.log" | tail -1)
 p50=$(sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' "$T/cpc.log")
-ch1=$(chans_b)
+ch1=$(chans_b accepted)
 if [ -n "$got" ] && [ "$got" -gt 1000 ] && ! grep -qi 'integrity\|error' "$T/cpc.log" &&
 	[ "$chan_rx" -ge 100000 ] && [ "$app_rx" -lt 4096 ] && [ $((ch1 - ch0)) = 1 ] &&
 	[ "$pa" = " 1 socketpair(-)@b;" ] && [ "$pb" = " 1 socketpair(-)@a;" ]; then
@@ -247,7 +248,7 @@ srv=$!
 wait_port 11132
 out=$(sp_on a python3 "$T/xfer.py" dial "$B" 11132 2>&1)
 wait "$srv"
-ch2=$(chans_b)
+ch2=$(chans_b accepted)
 if [ "${out%% *}" = exact ] && [ $((ch2 - ch1)) = 1 ]; then
 	ok "3b. 4 MiB each way between hosts on a channel, byte-exact"
 else
@@ -320,14 +321,13 @@ fi
 # channels (another token; the right one from another address) are closed
 # at once, the true one is taken, and its end leaves the connection on
 # the kernel (tests/hosts/forge_claims.py channel)
-refused_b() { on b "$DSOCK" stat --raw | sed -n 's/.*channels_refused=\([0-9]*\).*/\1/p'; }
 sp_on b python3 "$HERE/chat.py" serve "$B" 11133 >"$T/chat2.log" 2>&1 &
 PIDS+=($!)
 wait_port 11133
-nr=$(refused_b)
+nr=$(chans_b refused)
 on c python3 "$HERE/forge_claims.py" channel "$T/liar.key" "$T/liar.crt" "$B" 7447 11133 fd95::3 >"$T/forgech.out" 2>&1
 nf=$(grep -c '^ok' "$T/forgech.out")
-nr=$(($(refused_b) - nr))
+nr=$(($(chans_b refused) - nr))
 if [ "$nf" = 5 ] && ! grep -q FAIL "$T/forgech.out" && [ "$nr" = 2 ]; then
 	ok "6b. forged channels: $(grep '^ok' "$T/forgech.out" | cut -c6- | paste -sd';' | sed 's/;/; /g')"
 else
